@@ -1,0 +1,163 @@
+//! FLAC: probe the metadata blocks, synthesize fresh VORBIS_COMMENT and
+//! PICTURE blocks in front of the original audio frames.
+
+use std::borrow::Cow;
+
+use retagfs_store::ArtLink;
+
+use crate::error::{malformed, ProbeError, Result};
+use crate::id3v2;
+use crate::layout::Layout;
+use crate::picture::{flac_picture_header, flac_picture_len, parse_flac_picture};
+use crate::probe::Probe;
+use crate::source::{be_u24, Source};
+use crate::vorbis_comment;
+use crate::Format;
+
+pub const STREAMINFO: u8 = 0;
+pub const APPLICATION: u8 = 2;
+pub const SEEKTABLE: u8 = 3;
+const VORBIS_COMMENT: u8 = 4;
+pub const CUESHEET: u8 = 5;
+const PICTURE: u8 = 6;
+
+/// Largest body a metadata block header can describe (24-bit length).
+pub const MAX_BLOCK_LEN: u64 = (1 << 24) - 1;
+
+/// A file is FLAC if `fLaC` starts it, possibly after ID3v2 tags.
+pub fn probe(src: &Source<'_>) -> Result<Probe> {
+    let start = id3v2::skip_tags(src)?;
+    if src.read(start, 4, "FLAC marker")? != b"fLaC" {
+        return malformed("no fLaC marker");
+    }
+    let mut pos = start + 4;
+    let mut probe = Probe::new(Format::Flac);
+    let mut saw_streaminfo = false;
+    loop {
+        let header = src.read(pos, 4, "FLAC metadata block header")?;
+        let (last, block_type) = (header[0] & 0x80 != 0, header[0] & 0x7f);
+        let len = u64::from(be_u24(&header[1..]));
+        let body_at = pos + 4;
+        if block_type == 127 {
+            return malformed(format!("invalid metadata block type 127 at offset {pos}"));
+        }
+        match block_type {
+            STREAMINFO | APPLICATION | SEEKTABLE | CUESHEET => {
+                let body = src.read(body_at, len, "FLAC metadata block")?;
+                if block_type == STREAMINFO {
+                    if len != 34 || saw_streaminfo {
+                        return malformed("STREAMINFO block is not a single 34-byte block");
+                    }
+                    saw_streaminfo = true;
+                }
+                probe.flac_blocks.push((block_type, body));
+            }
+            VORBIS_COMMENT => {
+                let body = src.read(body_at, len, "VORBIS_COMMENT block")?;
+                let c = vorbis_comment::parse(&body)?;
+                probe.tags.extend(c.tags);
+                probe.pictures.extend(c.pictures);
+            }
+            PICTURE => {
+                let body = src.read(body_at, len, "PICTURE block")?;
+                probe.pictures.push(parse_flac_picture(&body)?);
+            }
+            // PADDING and reserved blocks are not kept: the served file has
+            // exactly the blocks it needs.
+            _ => {
+                if body_at + len > src.size() {
+                    return Err(ProbeError::Truncated(format!(
+                        "metadata block of {len} bytes at offset {pos} runs past the end"
+                    )));
+                }
+            }
+        }
+        if pos == start + 4 && block_type != STREAMINFO {
+            return malformed("the first metadata block is not STREAMINFO");
+        }
+        pos = body_at + len;
+        if last {
+            break;
+        }
+    }
+    let sync = src.read_upto(pos, 2)?;
+    if sync.len() == 2 && (sync[0] != 0xff || sync[1] & 0xfe != 0xf8) {
+        return malformed(format!("no FLAC frame sync where the audio should start (offset {pos})"));
+    }
+    probe.audio_offset = pos;
+    probe.audio_length = src.size() - pos;
+    Ok(probe)
+}
+
+/// Tags and pictures that fit in FLAC blocks: a comment list over the
+/// 24-bit limit loses its longest values, a picture over it is left out.
+fn fitting<'a>(
+    tags: &'a [(String, String)],
+    art: &'a [ArtLink],
+) -> (Cow<'a, [(String, String)]>, Vec<&'a ArtLink>) {
+    let mut tags = Cow::Borrowed(tags);
+    while vorbis_comment::encoded_len(&tags) > MAX_BLOCK_LEN {
+        let longest = (0..tags.len()).max_by_key(|&i| tags[i].1.len()).unwrap_or(0);
+        tags.to_mut().remove(longest);
+    }
+    let art = art
+        .iter()
+        .filter(|a| flac_picture_len(a) <= MAX_BLOCK_LEN)
+        .collect();
+    (tags, art)
+}
+
+/// Size of the synthesized file, from the lengths of the kept blocks.
+pub fn synthesized_len(
+    block_lens: &[(u8, u64)],
+    tags: &[(String, String)],
+    art: &[ArtLink],
+    audio_length: u64,
+) -> u64 {
+    let (tags, art) = fitting(tags, art);
+    let blocks: u64 = block_lens.iter().map(|(_, len)| 4 + len).sum();
+    let pictures: u64 = art.iter().map(|a| 4 + flac_picture_len(a)).sum();
+    4 + blocks + 4 + vorbis_comment::encoded_len(&tags) + pictures + audio_length
+}
+
+/// `fLaC`, the kept structural blocks, a fresh VORBIS_COMMENT, PICTURE
+/// blocks whose image bytes stream from the store, then the audio frames.
+pub fn synthesize(
+    blocks: &[(u8, Vec<u8>)],
+    tags: &[(String, String)],
+    art: &[ArtLink],
+    audio_offset: u64,
+    audio_length: u64,
+) -> std::result::Result<Layout, String> {
+    if blocks.first().map(|b| b.0) != Some(STREAMINFO) {
+        return Err("the store has no STREAMINFO block for this FLAC track".into());
+    }
+    if let Some((t, b)) = blocks.iter().find(|(_, b)| b.len() as u64 > MAX_BLOCK_LEN) {
+        return Err(format!("stored FLAC block of type {t} is too long ({} bytes)", b.len()));
+    }
+    let (tags, art) = fitting(tags, art);
+    let mut layout = Layout::default();
+    layout.push_bytes(b"fLaC");
+    for (block_type, body) in blocks {
+        layout.push_bytes(&block_header(*block_type, false, body.len() as u64));
+        layout.push_bytes(body);
+    }
+    let mut comment = Vec::with_capacity(vorbis_comment::encoded_len(&tags) as usize);
+    vorbis_comment::encode(&tags, &mut comment);
+    layout.push_bytes(&block_header(VORBIS_COMMENT, art.is_empty(), comment.len() as u64));
+    layout.push_bytes(&comment);
+    for (i, link) in art.iter().enumerate() {
+        let last = i + 1 == art.len();
+        layout.push_bytes(&block_header(PICTURE, last, flac_picture_len(link)));
+        layout.push_bytes(&flac_picture_header(link));
+        layout.push_art(link.art_rowid, link.data_len);
+    }
+    layout.push_backing(audio_offset, audio_length);
+    Ok(layout)
+}
+
+fn block_header(block_type: u8, last: bool, len: u64) -> [u8; 4] {
+    let l = (len as u32).to_be_bytes();
+    [block_type | if last { 0x80 } else { 0 }, l[1], l[2], l[3]]
+}
+

@@ -1,0 +1,117 @@
+//! MP3: ID3v2 tags in front, ID3v1 / APEv2 / Lyrics3 at the end, MPEG
+//! frames (including a Xing/Info/LAME frame) in between.
+
+use crate::error::{malformed, Result};
+use crate::keys::{merge_missing, TagList};
+use crate::probe::Probe;
+use crate::source::Source;
+use crate::{ape, id3v1, id3v2, Format};
+
+/// How far past the tags the first frame may start (encoders and taggers
+/// sometimes leave padding there).
+const SYNC_SEARCH: u64 = 64 * 1024;
+
+/// Length in bytes of the MPEG audio frame whose header is `h`, if `h` is a
+/// valid frame header (free-format frames report length 0).
+pub fn frame_header(h: &[u8]) -> Option<usize> {
+    if h.len() < 4 || h[0] != 0xff || h[1] & 0xe0 != 0xe0 {
+        return None;
+    }
+    let version = (h[1] >> 3) & 3; // 0: 2.5, 2: 2, 3: 1
+    let layer = (h[1] >> 1) & 3; // 1: III, 2: II, 3: I
+    let bitrate_index = (h[2] >> 4) as usize;
+    let rate_index = ((h[2] >> 2) & 3) as usize;
+    if version == 1 || layer == 0 || bitrate_index == 15 || rate_index == 3 || h[3] & 3 == 2 {
+        return None;
+    }
+    const RATES: [[u32; 3]; 4] = [[11025, 12000, 8000], [0; 3], [22050, 24000, 16000], [44100, 48000, 32000]];
+    const V1_L1: [u32; 15] = [0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448];
+    const V1_L2: [u32; 15] = [0, 32, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384];
+    const V1_L3: [u32; 15] = [0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320];
+    const V2_L1: [u32; 15] = [0, 32, 48, 56, 64, 80, 96, 112, 128, 144, 160, 176, 192, 224, 256];
+    const V2_L23: [u32; 15] = [0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160];
+    let mpeg1 = version == 3;
+    let table = match (mpeg1, layer) {
+        (true, 3) => &V1_L1,
+        (true, 2) => &V1_L2,
+        (true, _) => &V1_L3,
+        (false, 3) => &V2_L1,
+        (false, _) => &V2_L23,
+    };
+    let bitrate = table[bitrate_index] * 1000;
+    let rate = RATES[version as usize][rate_index];
+    let padding = u32::from((h[2] >> 1) & 1);
+    let len = match layer {
+        3 => (12 * bitrate / rate + padding) * 4,
+        1 if !mpeg1 => 72 * bitrate / rate + padding,
+        _ => 144 * bitrate / rate + padding,
+    };
+    Some(len as usize)
+}
+
+pub fn probe(src: &Source<'_>) -> Result<Probe> {
+    let mut v2 = TagList::new();
+    let mut probe = Probe::new(Format::Mp3);
+    let start = id3v2::read_leading(src, &mut v2, &mut probe.pictures)?;
+
+    // Trailing containers, innermost last: [audio][APE][Lyrics3][TAG+][ID3v1].
+    let mut end = src.size();
+    let mut v1 = Vec::new();
+    if end >= start + id3v1::LEN {
+        let tail = src.read(end - id3v1::LEN, id3v1::LEN, "ID3v1 tag")?;
+        if id3v1::is_tag(&tail) {
+            v1 = id3v1::parse(&tail);
+            end -= id3v1::LEN;
+            if end >= start + id3v1::ENHANCED_LEN
+                && src.read(end - id3v1::ENHANCED_LEN, 4, "enhanced ID3v1 tag")? == b"TAG+"
+            {
+                end -= id3v1::ENHANCED_LEN;
+            }
+        }
+    }
+    let mut ape_tags = Vec::new();
+    loop {
+        if let Some(lyrics_start) = ape::lyrics3_before(src, end)? {
+            end = lyrics_start;
+        } else if let Some(tag) = ape::read_before(src, end)? {
+            end = tag.start;
+            ape_tags = tag.tags;
+            probe.pictures.extend(tag.pictures);
+        } else {
+            break;
+        }
+    }
+    if end < start {
+        return malformed("trailing tags overlap the leading ID3v2 tag");
+    }
+
+    let window = src.read_upto(start, SYNC_SEARCH.min(end - start))?;
+    let found = (0..window.len().saturating_sub(3)).any(|i| frame_header(&window[i..]).is_some());
+    if !found {
+        return malformed(format!(
+            "no MPEG audio frame within {SYNC_SEARCH} bytes after the tags (offset {start})"
+        ));
+    }
+
+    probe.tags = v2.finish();
+    merge_missing(&mut probe.tags, ape_tags);
+    merge_missing(&mut probe.tags, v1);
+    probe.audio_offset = start;
+    probe.audio_length = end - start;
+    Ok(probe)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_lengths() {
+        // MPEG-1 layer III, 128 kbps, 44.1 kHz, no padding: 417 bytes.
+        assert_eq!(frame_header(&[0xff, 0xfb, 0x90, 0x00]), Some(417));
+        // MPEG-2 layer III, 64 kbps, 22.05 kHz: 208 bytes.
+        assert_eq!(frame_header(&[0xff, 0xf3, 0x80, 0x00]), Some(208));
+        assert_eq!(frame_header(&[0xff, 0xfb, 0xf0, 0x00]), None);
+        assert_eq!(frame_header(b"ID3\x04"), None);
+    }
+}

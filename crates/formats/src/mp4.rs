@@ -1,0 +1,275 @@
+//! MP4 / M4A / M4B: walk the atom tree, read the `ilst` items, find `mdat`.
+
+use retagfs_store::ScannedPicture;
+
+use crate::error::{malformed, ProbeError, Result};
+use crate::genres;
+use crate::keys::{self, TagList};
+use crate::picture::picture;
+use crate::probe::Probe;
+use crate::source::{be_u32, Source};
+use crate::Format;
+
+/// One atom: its type, where it starts, its header and total length.
+#[derive(Debug, Clone, Copy)]
+struct Atom {
+    kind: [u8; 4],
+    offset: u64,
+    header: u64,
+    len: u64,
+}
+
+impl Atom {
+    fn body(&self) -> (u64, u64) {
+        (self.offset + self.header, self.len - self.header)
+    }
+}
+
+/// Reads the atom header at `pos` of a region ending at `end`.
+fn atom_at(b: &[u8], pos: usize, end: u64, base: u64) -> Result<Atom> {
+    let h = &b[pos..];
+    if h.len() < 8 {
+        return malformed(format!("atom header cut off at offset {}", base + pos as u64));
+    }
+    let size32 = u64::from(be_u32(h));
+    let kind = [h[4], h[5], h[6], h[7]];
+    let offset = base + pos as u64;
+    let (header, len) = match size32 {
+        0 => (8, end - offset),
+        1 if h.len() >= 16 => (16, u64::from_be_bytes(h[8..16].try_into().unwrap())),
+        1 => return malformed("64-bit atom size cut off"),
+        n => (8, n),
+    };
+    if len < header || offset + len > end {
+        return malformed(format!(
+            "atom '{}' at offset {offset} claims {len} bytes, past its parent's end ({end})",
+            String::from_utf8_lossy(&kind)
+        ));
+    }
+    Ok(Atom { kind, offset, header, len })
+}
+
+/// The children of a region of bytes `b` that starts at file offset `base`.
+fn children(b: &[u8], base: u64) -> Result<Vec<Atom>> {
+    let end = base + b.len() as u64;
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    while pos + 8 <= b.len() {
+        let a = atom_at(b, pos, end, base)?;
+        pos += a.len as usize;
+        out.push(a);
+    }
+    Ok(out)
+}
+
+fn slice<'a>(b: &'a [u8], base: u64, a: &Atom) -> &'a [u8] {
+    let (start, len) = a.body();
+    &b[(start - base) as usize..(start - base + len) as usize]
+}
+
+fn find<'a>(atoms: &'a [Atom], kind: &[u8; 4]) -> Option<&'a Atom> {
+    atoms.iter().find(|a| &a.kind == kind)
+}
+
+pub fn probe(src: &Source<'_>) -> Result<Probe> {
+    let mut top = Vec::new();
+    let mut pos = 0u64;
+    while pos + 8 <= src.size() {
+        let head = src.read(pos, 16.min(src.size() - pos), "atom header")?;
+        let a = atom_at(&head, 0, src.size(), pos)?;
+        if a.len == 0 {
+            return malformed(format!("zero-length atom at offset {pos}"));
+        }
+        pos += a.len;
+        top.push(a);
+    }
+    let moov = *find(&top, b"moov").ok_or_else(|| ProbeError::Malformed("no moov atom".into()))?;
+    let mdats: Vec<&Atom> = top.iter().filter(|a| &a.kind == b"mdat").collect();
+    let (first, last) = match (mdats.first(), mdats.last()) {
+        (Some(f), Some(l)) => (f, l),
+        _ => return malformed("no mdat atom"),
+    };
+    if top.iter().any(|a| &a.kind == b"moof") {
+        return Err(ProbeError::Unsupported("fragmented MP4 (moof)".into()));
+    }
+
+    let (body_at, body_len) = moov.body();
+    let moov_bytes = src.read(body_at, body_len, "moov atom")?;
+    let moov_children = children(&moov_bytes, body_at)?;
+    if audio_track_count(&moov_bytes, body_at, &moov_children)? == 0 {
+        return Err(ProbeError::Unsupported("MP4 file without an audio track".into()));
+    }
+
+    let mut probe = Probe::new(Format::Mp4);
+    if let Some(ilst) = find_ilst(&moov_bytes, body_at, &moov_children)? {
+        let mut tags = TagList::new();
+        for item in children(ilst.0, ilst.1)? {
+            read_item(slice(ilst.0, ilst.1, &item), item.offset + item.header, &item.kind, &mut tags, &mut probe.pictures)?;
+        }
+        probe.tags = tags.finish();
+    }
+    probe.audio_offset = first.offset;
+    probe.audio_length = last.offset + last.len - first.offset;
+    Ok(probe)
+}
+
+fn audio_track_count(b: &[u8], base: u64, moov: &[Atom]) -> Result<usize> {
+    let mut n = 0;
+    for trak in moov.iter().filter(|a| &a.kind == b"trak") {
+        let trak_b = slice(b, base, trak);
+        let trak_base = trak.offset + trak.header;
+        let Some(mdia) = find(&children(trak_b, trak_base)?, b"mdia").copied() else {
+            continue;
+        };
+        let mdia_b = slice(trak_b, trak_base, &mdia);
+        let mdia_base = mdia.offset + mdia.header;
+        if let Some(hdlr) = find(&children(mdia_b, mdia_base)?, b"hdlr") {
+            let h = slice(mdia_b, mdia_base, hdlr);
+            if h.len() >= 12 && &h[8..12] == b"soun" {
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
+}
+
+/// moov/udta/meta/ilst as (bytes, file offset of those bytes).
+fn find_ilst<'a>(b: &'a [u8], base: u64, moov: &[Atom]) -> Result<Option<(&'a [u8], u64)>> {
+    let Some(udta) = find(moov, b"udta") else {
+        return Ok(None);
+    };
+    let udta_b = slice(b, base, udta);
+    let udta_base = udta.offset + udta.header;
+    let Some(meta) = find(&children(udta_b, udta_base)?, b"meta").copied() else {
+        return Ok(None);
+    };
+    let mut meta_b = slice(udta_b, udta_base, &meta);
+    let mut meta_base = meta.offset + meta.header;
+    // ISO `meta` is a full box (4 bytes of version and flags); QuickTime's
+    // is not. A full box starts with zero flags, never with a child size.
+    if meta_b.len() >= 8 && &meta_b[4..8] != b"hdlr" {
+        meta_b = &meta_b[4..];
+        meta_base += 4;
+    }
+    let Some(ilst) = find(&children(meta_b, meta_base)?, b"ilst").copied() else {
+        return Ok(None);
+    };
+    Ok(Some((slice(meta_b, meta_base, &ilst), ilst.offset + ilst.header)))
+}
+
+/// Data atoms of an item: (type code, payload).
+fn data_atoms(b: &[u8], base: u64) -> Result<Vec<(u32, &[u8])>> {
+    Ok(children(b, base)?
+        .iter()
+        .filter(|a| &a.kind == b"data")
+        .filter_map(|a| {
+            let d = slice(b, base, a);
+            (d.len() >= 8).then(|| (be_u32(d) & 0x00ff_ffff, &d[8..]))
+        })
+        .collect())
+}
+
+fn freeform_name(b: &[u8], base: u64) -> Result<Option<String>> {
+    let name = children(b, base)?
+        .iter()
+        .find(|a| &a.kind == b"name")
+        .map(|a| slice(b, base, a))
+        .filter(|d| d.len() >= 4)
+        .map(|d| String::from_utf8_lossy(&d[4..]).into_owned());
+    Ok(name)
+}
+
+fn read_item(
+    b: &[u8],
+    base: u64,
+    kind: &[u8; 4],
+    tags: &mut TagList,
+    pictures: &mut Vec<ScannedPicture>,
+) -> Result<()> {
+    let name: String = kind.iter().map(|&c| c as char).collect();
+    let data = data_atoms(b, base)?;
+    let pair = |d: &[u8]| (d.len() >= 6).then(|| (u16::from_be_bytes([d[2], d[3]]), u16::from_be_bytes([d[4], d[5]])));
+    match &name[..] {
+        "trkn" | "disk" => {
+            let (num_key, total_key) = if name == "trkn" {
+                ("tracknumber", "totaltracks")
+            } else {
+                ("discnumber", "totaldiscs")
+            };
+            if let Some((n, total)) = data.first().and_then(|(_, d)| pair(d)) {
+                if n > 0 {
+                    tags.push(num_key, &n.to_string());
+                }
+                if total > 0 {
+                    tags.push(total_key, &total.to_string());
+                }
+            }
+        }
+        "tmpo" => {
+            if let Some((_, d)) = data.first() {
+                tags.push("bpm", &be_int(d).to_string());
+            }
+        }
+        "cpil" => {
+            if let Some((_, d)) = data.first() {
+                tags.push("compilation", if be_int(d) != 0 { "1" } else { "0" });
+            }
+        }
+        "gnre" => {
+            if let Some((_, d)) = data.first() {
+                let i = be_int(d);
+                if let Some(g) = usize::try_from(i - 1).ok().and_then(genres::by_index) {
+                    tags.push("genre", g);
+                }
+            }
+        }
+        "covr" => {
+            for (code, d) in data {
+                let mime = match code {
+                    13 => "image/jpeg",
+                    14 => "image/png",
+                    27 => "image/bmp",
+                    _ => "",
+                };
+                pictures.push(picture(d.to_vec(), mime, 3, String::new(), (0, 0, 0)));
+            }
+        }
+        "----" => {
+            let Some(fname) = freeform_name(b, base)? else {
+                return Ok(());
+            };
+            let native = format!("----:{fname}");
+            let key = keys::TABLE
+                .iter()
+                .find(|m| m.mp4.is_some_and(|n| n.eq_ignore_ascii_case(&native)))
+                .map(|m| m.key.to_string())
+                .or_else(|| keys::canonical_key(&fname));
+            if let Some(key) = key {
+                for (_, d) in data {
+                    tags.push(&key, &String::from_utf8_lossy(d));
+                }
+            }
+        }
+        _ => {
+            if let Some(key) = keys::key_for_native(&name) {
+                for (code, d) in data {
+                    let value = match code {
+                        2 => utf16_be(d),
+                        _ => String::from_utf8_lossy(d).into_owned(),
+                    };
+                    tags.push(key, &value);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn be_int(d: &[u8]) -> i64 {
+    d.iter().take(8).fold(0i64, |acc, &b| (acc << 8) | i64::from(b))
+}
+
+fn utf16_be(d: &[u8]) -> String {
+    let units: Vec<u16> = d.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]])).collect();
+    String::from_utf16_lossy(&units)
+}

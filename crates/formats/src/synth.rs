@@ -1,0 +1,54 @@
+//! Synthesis: the layout of the file served for a track's stored tags and art.
+
+use retagfs_store::{ArtLink, TrackRow};
+
+use crate::layout::Layout;
+use crate::{flac, Format};
+
+/// Everything synthesis needs about one track.
+pub struct SynthesisInput<'a> {
+    pub track: &'a TrackRow,
+    pub tags: &'a [(String, String)],
+    pub art: &'a [ArtLink],
+    /// FLAC structural blocks (type, body), empty for other formats.
+    pub flac_blocks: &'a [(u8, Vec<u8>)],
+}
+
+/// (block type, body length) of a stored FLAC block.
+pub type FlacBlockLen = (u8, u64);
+
+/// Whether this format's metadata is synthesized yet; other formats are
+/// served byte-identical to their backing file.
+pub fn is_synthesized(format: Format) -> bool {
+    format == Format::Flac
+}
+
+/// The layout of the served file. An error means the stored rows cannot
+/// describe a valid file (the caller reports it and serves EIO).
+pub fn synthesize(input: &SynthesisInput<'_>) -> Result<Layout, String> {
+    let t = input.track;
+    match t.format {
+        Format::Flac => flac::synthesize(
+            input.flac_blocks,
+            input.tags,
+            input.art,
+            t.audio_offset,
+            t.audio_length,
+        ),
+        _ => Ok(Layout::passthrough(t.stamps.size)),
+    }
+}
+
+/// The served size, computed without building the layout (used for `stat`
+/// of every file); equals `synthesize(..).len()`.
+pub fn synthesized_len(
+    track: &TrackRow,
+    tags: &[(String, String)],
+    art: &[ArtLink],
+    flac_block_lens: &[FlacBlockLen],
+) -> u64 {
+    match track.format {
+        Format::Flac => flac::synthesized_len(flac_block_lens, tags, art, track.audio_length),
+        _ => track.stamps.size,
+    }
+}

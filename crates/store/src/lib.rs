@@ -1,0 +1,18 @@
+//! The retagfs store: a SQLite database that is the source of truth for
+//! metadata (tags, art) and records what the scanner learned about each
+//! backing file (format, audio byte range, stat stamps).
+//!
+//! The schema is a public, versioned contract (see `docs/store.md`); this
+//! crate owns its migrations and the typed queries the rest of retagfs uses.
+//! Reads are methods of [`Store`]; writes are functions over a transaction
+//! from [`Store::write`], so a caller can batch many in one commit.
+
+mod model;
+mod store;
+
+pub use model::{ArtLink, Format, NewArt, ScannedPicture, ScannedTrack, Stamps, TrackRow};
+pub use store::{
+    add_tag, delete_orphan_art, insert_art, record_failure, remove_art, remove_failure,
+    remove_track, set_art, set_tag, sha256_hex, write_scanned, Result, Store, StoreError,
+    SCHEMA_VERSION,
+};

@@ -1,0 +1,593 @@
+//! Opening, migrating and querying the store.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
+use sha2::{Digest, Sha256};
+
+use crate::model::{ArtLink, Format, NewArt, ScannedTrack, Stamps, TrackRow};
+
+/// Schema version this binary writes, kept in `PRAGMA user_version`.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Migrations, index i upgrades a store from version i to i + 1.
+const MIGRATIONS: &[&str] = &[include_str!("schema.sql")];
+
+/// How long a writer waits for another writer before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{path}: {source}")]
+    Open {
+        path: String,
+        source: rusqlite::Error,
+    },
+    #[error(
+        "{path}: the store has schema version {found}, newer than this retagfs understands \
+         ({SCHEMA_VERSION}); upgrade retagfs or use the binary that wrote it"
+    )]
+    TooNew { path: String, found: i64 },
+    #[error("{path} is not a retagfs store (run `retagfs scan` to create one)")]
+    NotAStore { path: String },
+    #[error("no track matches {0:?} (give a track id or the backing file's path)")]
+    NoSuchTrack(String),
+    #[error("no art with sha256 {0}")]
+    NoSuchArt(String),
+    #[error(transparent)]
+    Sql(#[from] rusqlite::Error),
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// A connection to a store.
+pub struct Store {
+    conn: Connection,
+}
+
+fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Lower-case hex sha256 of `data`: the address of an art row.
+pub fn sha256_hex(data: &[u8]) -> String {
+    hex::encode(Sha256::digest(data))
+}
+
+impl Store {
+    /// Opens (creating if needed) a store for reading and writing and brings
+    /// its schema up to date.
+    pub fn open(path: &Path) -> Result<Store> {
+        let open_err = |source| StoreError::Open {
+            path: path.display().to_string(),
+            source,
+        };
+        let conn = Connection::open(path).map_err(open_err)?;
+        let store = Store { conn };
+        store.configure().map_err(open_err)?;
+        store.migrate(path)?;
+        Ok(store)
+    }
+
+    /// Opens an existing store read-only (the mount's connections).
+    pub fn open_read_only(path: &Path) -> Result<Store> {
+        let open_err = |source| StoreError::Open {
+            path: path.display().to_string(),
+            source,
+        };
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(open_err)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
+        let store = Store { conn };
+        store.check_version(path)?;
+        Ok(store)
+    }
+
+    fn configure(&self) -> rusqlite::Result<()> {
+        self.conn.busy_timeout(BUSY_TIMEOUT)?;
+        self.conn.pragma_update(None, "journal_mode", "WAL")?;
+        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        self.conn.pragma_update(None, "foreign_keys", "ON")?;
+        Ok(())
+    }
+
+    fn user_version(&self) -> rusqlite::Result<i64> {
+        self.conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+    }
+
+    fn check_version(&self, path: &Path) -> Result<i64> {
+        let version = self.user_version().map_err(|source| match source {
+            rusqlite::Error::SqliteFailure(e, _) if e.code == rusqlite::ErrorCode::NotADatabase => {
+                StoreError::NotAStore {
+                    path: path.display().to_string(),
+                }
+            }
+            source => StoreError::Open {
+                path: path.display().to_string(),
+                source,
+            },
+        })?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::TooNew {
+                path: path.display().to_string(),
+                found: version,
+            });
+        }
+        if version == 0 && self.has_foreign_tables()? {
+            return Err(StoreError::NotAStore {
+                path: path.display().to_string(),
+            });
+        }
+        Ok(version)
+    }
+
+    fn has_foreign_tables(&self) -> Result<bool> {
+        let n: i64 = self
+            .conn
+            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+        Ok(n > 0)
+    }
+
+    fn migrate(&self, path: &Path) -> Result<()> {
+        let mut version = self.check_version(path)?;
+        while version < SCHEMA_VERSION {
+            let tx = self.conn.unchecked_transaction()?;
+            tx.execute_batch(MIGRATIONS[version as usize])?;
+            version += 1;
+            tx.pragma_update(None, "user_version", version)?;
+            tx.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Raw connection, for callers that need a transaction of their own.
+    pub fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// Starts a write transaction that takes the write lock at once, so a
+    /// concurrent writer waits on the busy timeout instead of failing later.
+    pub fn write(&mut self) -> Result<Transaction<'_>> {
+        Ok(self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?)
+    }
+
+    // ---- reads -------------------------------------------------------
+
+    pub fn track_count(&self) -> Result<u64> {
+        let n: i64 = self
+            .conn
+            .query_row("SELECT count(*) FROM tracks", [], |r| r.get(0))?;
+        Ok(n as u64)
+    }
+
+    /// Every track, ordered by id.
+    pub fn tracks(&self) -> Result<Vec<TrackRow>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {TRACK_COLUMNS} FROM tracks ORDER BY id"
+        ))?;
+        let rows = stmt.query_map([], track_from_row)?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    pub fn track(&self, id: i64) -> Result<Option<TrackRow>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {TRACK_COLUMNS} FROM tracks WHERE id = ?1"
+        ))?;
+        Ok(stmt.query_row([id], track_from_row).optional()?)
+    }
+
+    /// Resolves a user's track reference: a numeric id or a backing path.
+    pub fn resolve_track(&self, reference: &str) -> Result<TrackRow> {
+        if let Ok(id) = reference.parse::<i64>() {
+            if let Some(t) = self.track(id)? {
+                return Ok(t);
+            }
+        }
+        let path = std::fs::canonicalize(reference)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| reference.to_string());
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {TRACK_COLUMNS} FROM tracks WHERE backing_path = ?1"
+        ))?;
+        stmt.query_row([&path], track_from_row)
+            .optional()?
+            .ok_or_else(|| StoreError::NoSuchTrack(reference.to_string()))
+    }
+
+    /// Stat stamps of every track by backing path, for re-scan skipping.
+    pub fn stamps_by_path(&self) -> Result<HashMap<String, (i64, Stamps)>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT backing_path, id, file_size, mtime_ns, ctime_ns FROM tracks")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                (
+                    r.get::<_, i64>(1)?,
+                    Stamps {
+                        size: r.get::<_, i64>(2)? as u64,
+                        mtime_ns: r.get(3)?,
+                        ctime_ns: r.get(4)?,
+                    },
+                ),
+            ))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Stat stamps of every recorded failure, so unchanged broken files are
+    /// not probed again.
+    pub fn failure_stamps(&self) -> Result<HashMap<String, Stamps>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT path, file_size, mtime_ns, ctime_ns FROM scan_failures")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                Stamps {
+                    size: r.get::<_, i64>(1)? as u64,
+                    mtime_ns: r.get(2)?,
+                    ctime_ns: r.get(3)?,
+                },
+            ))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Recorded scan failures: (path, reason).
+    pub fn failures(&self) -> Result<Vec<(String, String)>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT path, reason FROM scan_failures ORDER BY path")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Tags of one track: (key, value) ordered by key, then position.
+    pub fn tags(&self, track_id: i64) -> Result<Vec<(String, String)>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT key, value FROM tags WHERE track_id = ?1 ORDER BY key, position",
+        )?;
+        let rows = stmt.query_map([track_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Tags of every track, grouped by track id.
+    pub fn all_tags(&self) -> Result<HashMap<i64, Vec<(String, String)>>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT track_id, key, value FROM tags ORDER BY track_id, key, position")?;
+        let mut out: HashMap<i64, Vec<(String, String)>> = HashMap::new();
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            out.entry(r.get(0)?)
+                .or_default()
+                .push((r.get(1)?, r.get(2)?));
+        }
+        Ok(out)
+    }
+
+    /// Pictures linked to one track, in order, without their bytes. A link
+    /// to a missing art row is left out (it cannot be served).
+    pub fn art_links(&self, track_id: i64) -> Result<Vec<ArtLink>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "{ART_LINK_SELECT} WHERE l.track_id = ?1 ORDER BY l.position"
+        ))?;
+        let rows = stmt.query_map([track_id], |r| art_link_from_row(r, 1))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Pictures of every track, grouped by track id.
+    pub fn all_art_links(&self) -> Result<HashMap<i64, Vec<ArtLink>>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "{ART_LINK_SELECT} ORDER BY l.track_id, l.position"
+        ))?;
+        let mut out: HashMap<i64, Vec<ArtLink>> = HashMap::new();
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            out.entry(r.get(0)?)
+                .or_default()
+                .push(art_link_from_row(r, 1)?);
+        }
+        Ok(out)
+    }
+
+    /// FLAC structural blocks of one track, in order.
+    pub fn flac_blocks(&self, track_id: i64) -> Result<Vec<(u8, Vec<u8>)>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT block_type, data FROM flac_blocks WHERE track_id = ?1 ORDER BY position",
+        )?;
+        let rows = stmt.query_map([track_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Total length of the FLAC structural blocks of every track, so sizes
+    /// can be computed without loading the blocks themselves.
+    pub fn all_flac_block_lengths(&self) -> Result<HashMap<i64, Vec<(u8, u64)>>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT track_id, block_type, length(data) FROM flac_blocks ORDER BY track_id, position",
+        )?;
+        let mut out: HashMap<i64, Vec<(u8, u64)>> = HashMap::new();
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            out.entry(r.get(0)?)
+                .or_default()
+                .push((r.get(1)?, r.get::<_, i64>(2)? as u64));
+        }
+        Ok(out)
+    }
+
+    /// Reads up to `buf.len()` bytes of an art image starting at `offset`,
+    /// straight from the database page cache (the image is never loaded
+    /// whole). Returns the number of bytes read.
+    pub fn read_art(&self, art_rowid: i64, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let blob = self
+            .conn
+            .blob_open(rusqlite::MAIN_DB, "art", "data", art_rowid, true)?;
+        let len = blob.len() as u64;
+        if offset >= len {
+            return Ok(0);
+        }
+        let n = buf.len().min((len - offset) as usize);
+        blob.read_at_exact(&mut buf[..n], offset as usize)?;
+        Ok(n)
+    }
+
+    /// The bytes and mime type of an art image.
+    pub fn art_data(&self, sha256: &str) -> Result<(String, Vec<u8>)> {
+        self.conn
+            .query_row(
+                "SELECT mime, data FROM art WHERE sha256 = ?1",
+                [sha256],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?
+            .ok_or_else(|| StoreError::NoSuchArt(sha256.to_string()))
+    }
+}
+
+const TRACK_COLUMNS: &str = "id, backing_path, format, audio_offset, audio_length, \
+                             file_size, mtime_ns, ctime_ns, content_version";
+
+fn track_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackRow> {
+    let format: String = r.get(2)?;
+    let format = format.parse::<Format>().map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Text, e.into())
+    })?;
+    Ok(TrackRow {
+        id: r.get(0)?,
+        backing_path: r.get(1)?,
+        format,
+        audio_offset: r.get::<_, i64>(3)? as u64,
+        audio_length: r.get::<_, i64>(4)? as u64,
+        stamps: Stamps {
+            size: r.get::<_, i64>(5)? as u64,
+            mtime_ns: r.get(6)?,
+            ctime_ns: r.get(7)?,
+        },
+        content_version: r.get(8)?,
+    })
+}
+
+const ART_LINK_SELECT: &str = "SELECT l.track_id, a.rowid, a.sha256, a.mime, a.width, a.height, \
+     a.depth, length(a.data), l.picture_type, l.description \
+     FROM track_art l JOIN art a ON a.sha256 = l.art_sha256";
+
+fn art_link_from_row(r: &rusqlite::Row<'_>, base: usize) -> rusqlite::Result<ArtLink> {
+    Ok(ArtLink {
+        art_rowid: r.get(base)?,
+        sha256: r.get(base + 1)?,
+        mime: r.get(base + 2)?,
+        width: r.get(base + 3)?,
+        height: r.get(base + 4)?,
+        depth: r.get(base + 5)?,
+        data_len: r.get::<_, i64>(base + 6)? as u64,
+        picture_type: r.get(base + 7)?,
+        description: r.get(base + 8)?,
+    })
+}
+
+// ---- writes (inside a transaction) -----------------------------------
+
+/// Inserts an image unless one with the same content exists; returns its sha256.
+pub fn insert_art(tx: &Transaction<'_>, art: &NewArt) -> Result<String> {
+    let sha = sha256_hex(&art.data);
+    tx.prepare_cached(
+        "INSERT OR IGNORE INTO art (sha256, mime, width, height, depth, data) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![
+        sha,
+        art.mime,
+        art.width,
+        art.height,
+        art.depth,
+        art.data
+    ])?;
+    Ok(sha)
+}
+
+/// Writes what a probe found. With `existing` the row keeps its id (and so
+/// its inode); its tags, art and FLAC blocks are replaced by the file's.
+pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i64>) -> Result<i64> {
+    let id = match existing {
+        Some(id) => {
+            tx.prepare_cached(
+                "UPDATE tracks SET format = ?2, audio_offset = ?3, audio_length = ?4, \
+                 file_size = ?5, mtime_ns = ?6, ctime_ns = ?7, fingerprint = ?8, scanned_at = ?9 \
+                 WHERE id = ?1",
+            )?
+            .execute(params![
+                id,
+                t.format.as_str(),
+                t.audio_offset as i64,
+                t.audio_length as i64,
+                t.stamps.size as i64,
+                t.stamps.mtime_ns,
+                t.stamps.ctime_ns,
+                t.fingerprint.as_ref().map(|f| &f[..]),
+                now_secs(),
+            ])?;
+            for table in ["tags", "track_art", "flac_blocks"] {
+                tx.execute(&format!("DELETE FROM {table} WHERE track_id = ?1"), [id])?;
+            }
+            id
+        }
+        None => {
+            tx.prepare_cached(
+                "INSERT INTO tracks (backing_path, format, audio_offset, audio_length, \
+                 file_size, mtime_ns, ctime_ns, fingerprint, scanned_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )?
+            .execute(params![
+                t.backing_path,
+                t.format.as_str(),
+                t.audio_offset as i64,
+                t.audio_length as i64,
+                t.stamps.size as i64,
+                t.stamps.mtime_ns,
+                t.stamps.ctime_ns,
+                t.fingerprint.as_ref().map(|f| &f[..]),
+                now_secs(),
+            ])?;
+            tx.last_insert_rowid()
+        }
+    };
+    insert_tags(tx, id, &t.tags)?;
+    for (position, pic) in t.pictures.iter().enumerate() {
+        let sha = insert_art(tx, &pic.art)?;
+        tx.prepare_cached(
+            "INSERT INTO track_art (track_id, position, art_sha256, picture_type, description) \
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![id, position as i64, sha, pic.picture_type, pic.description])?;
+    }
+    for (position, (block_type, data)) in t.flac_blocks.iter().enumerate() {
+        tx.prepare_cached(
+            "INSERT INTO flac_blocks (track_id, position, block_type, data) VALUES (?1, ?2, ?3, ?4)",
+        )?
+        .execute(params![id, position as i64, block_type, data])?;
+    }
+    tx.prepare_cached("DELETE FROM scan_failures WHERE path = ?1")?
+        .execute([&t.backing_path])?;
+    Ok(id)
+}
+
+/// Appends values in the given order, each after the key's existing values.
+fn insert_tags(tx: &Transaction<'_>, id: i64, tags: &[(String, String)]) -> Result<()> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO tags (track_id, key, position, value) VALUES (?1, ?2, \
+         coalesce((SELECT max(position) + 1 FROM tags WHERE track_id = ?1 AND key = ?2), 0), ?3)",
+    )?;
+    for (key, value) in tags {
+        stmt.execute(params![id, key, value])?;
+    }
+    Ok(())
+}
+
+/// Records a file the scanner could not probe.
+pub fn record_failure(tx: &Transaction<'_>, path: &str, stamps: Stamps, reason: &str) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO scan_failures (path, reason, file_size, mtime_ns, ctime_ns, failed_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![
+        path,
+        reason,
+        stamps.size as i64,
+        stamps.mtime_ns,
+        stamps.ctime_ns,
+        now_secs()
+    ])?;
+    Ok(())
+}
+
+/// Removes a track (its tags, art links and blocks go with it).
+pub fn remove_track(tx: &Transaction<'_>, id: i64) -> Result<()> {
+    tx.prepare_cached("DELETE FROM tracks WHERE id = ?1")?
+        .execute([id])?;
+    Ok(())
+}
+
+/// Forgets a recorded failure (its file is gone).
+pub fn remove_failure(tx: &Transaction<'_>, path: &str) -> Result<()> {
+    tx.prepare_cached("DELETE FROM scan_failures WHERE path = ?1")?
+        .execute([path])?;
+    Ok(())
+}
+
+/// Replaces every value of `key` with `values` (none removes the key).
+pub fn set_tag(tx: &Transaction<'_>, id: i64, key: &str, values: &[String]) -> Result<()> {
+    tx.prepare_cached("DELETE FROM tags WHERE track_id = ?1 AND key = ?2")?
+        .execute(params![id, key])?;
+    add_tag(tx, id, key, values)
+}
+
+/// Appends values to `key`.
+pub fn add_tag(tx: &Transaction<'_>, id: i64, key: &str, values: &[String]) -> Result<()> {
+    let pairs: Vec<(String, String)> = values
+        .iter()
+        .map(|v| (key.to_string(), v.clone()))
+        .collect();
+    insert_tags(tx, id, &pairs)
+}
+
+/// Links an image to a track as the picture of `picture_type`, replacing a
+/// picture of that type if the track had one.
+pub fn set_art(tx: &Transaction<'_>, id: i64, art: &NewArt, picture_type: u8) -> Result<String> {
+    let sha = insert_art(tx, art)?;
+    let existing: Option<i64> = tx
+        .query_row(
+            "SELECT position FROM track_art WHERE track_id = ?1 AND picture_type = ?2 \
+             ORDER BY position LIMIT 1",
+            params![id, picture_type],
+            |r| r.get(0),
+        )
+        .optional()?;
+    match existing {
+        Some(position) => {
+            tx.execute(
+                "UPDATE track_art SET art_sha256 = ?3 WHERE track_id = ?1 AND position = ?2",
+                params![id, position, sha],
+            )?;
+        }
+        None => {
+            tx.execute(
+                "INSERT INTO track_art (track_id, position, art_sha256, picture_type) VALUES \
+                 (?1, coalesce((SELECT max(position) + 1 FROM track_art WHERE track_id = ?1), 0), ?2, ?3)",
+                params![id, sha, picture_type],
+            )?;
+        }
+    }
+    Ok(sha)
+}
+
+/// Unlinks the pictures of `picture_type` (all pictures with `None`) from a
+/// track; returns how many were removed. Art rows no track uses are deleted.
+pub fn remove_art(tx: &Transaction<'_>, id: i64, picture_type: Option<u8>) -> Result<usize> {
+    let n = match picture_type {
+        Some(t) => tx.execute(
+            "DELETE FROM track_art WHERE track_id = ?1 AND picture_type = ?2",
+            params![id, t],
+        )?,
+        None => tx.execute("DELETE FROM track_art WHERE track_id = ?1", [id])?,
+    };
+    delete_orphan_art(tx)?;
+    Ok(n)
+}
+
+/// Deletes art rows that no track links to.
+pub fn delete_orphan_art(tx: &Transaction<'_>) -> Result<usize> {
+    Ok(tx.execute(
+        "DELETE FROM art WHERE NOT EXISTS (SELECT 1 FROM track_art l WHERE l.art_sha256 = art.sha256)",
+        [],
+    )?)
+}
