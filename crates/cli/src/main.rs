@@ -1,1 +1,83 @@
-fn main() {}
+//! The `retagfs` command line.
+
+mod args;
+mod edit;
+mod export;
+mod mount;
+mod scan;
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::bail;
+use clap::Parser;
+use retagfs_store::Store;
+
+use args::{Cli, Command};
+
+/// Exit code for a fatal error (bad store, missing directory, failed mount).
+const EXIT_FATAL: u8 = 1;
+/// Exit code for a usage error (clap uses it too).
+const EXIT_USAGE: u8 = 2;
+
+/// An error in how the command was called (bad template, bad key): exit 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Opens a store that must already exist (every command but `scan`).
+pub fn open_existing(db: &Path) -> anyhow::Result<Store> {
+    if !db.exists() {
+        bail!(
+            "no store at {}: create it with `retagfs scan <MUSIC_DIR> --db {}`",
+            db.display(),
+            db.display()
+        );
+    }
+    Ok(Store::open(db)?)
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RETAGFS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let result = match cli.command {
+        Command::Scan(a) => scan::run(a),
+        Command::Mount(a) => mount::run(a),
+        Command::Export(a) => export::run(a),
+        Command::Tag(a) => edit::tag(a),
+        Command::Art(a) => edit::art(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("retagfs: error: {e:#}");
+            if e.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::from(EXIT_FATAL)
+            }
+        }
+    }
+}

@@ -1,1 +1,23 @@
+//! The core of retagfs: the scan pipeline, path templates, the virtual tree
+//! and the library that resolves and reads served files. Everything the
+//! FUSE adapter does is a call into this crate, testable without a mount.
 
+pub mod library;
+pub mod scan;
+pub mod template;
+pub mod tree;
+
+use std::os::unix::fs::MetadataExt;
+
+pub use library::{Library, Mode, OpenFile, Snapshot, TrackFields, ViewConfig};
+pub use retagfs_store::Stamps;
+pub use template::{Fallbacks, Template, TemplateError, DEFAULT_TEMPLATE};
+
+/// The stat stamps that tell whether a file changed.
+pub fn stamps(meta: &std::fs::Metadata) -> Stamps {
+    Stamps {
+        size: meta.len(),
+        mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+        ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
+    }
+}

@@ -77,14 +77,18 @@ pub fn read_tag_bytes(bytes: &[u8], tags: &mut TagList, pictures: &mut Vec<Scann
         return;
     };
     let has_tdrc = tag.get("TDRC").is_some();
+    // The id3 crate splits ID3v2.3 text on '/', but in v2.3 a slash is just
+    // a character ("AC/DC"): only v2.4 has a value separator (NUL).
+    let v23 = tag.version() != id3::Version::Id3v24;
     for frame in tag.frames() {
-        add_frame(frame, has_tdrc, tags, pictures);
+        add_frame(frame, has_tdrc, v23, tags, pictures);
     }
 }
 
 fn add_frame(
     frame: &id3::Frame,
     has_tdrc: bool,
+    v23: bool,
     tags: &mut TagList,
     pictures: &mut Vec<ScannedPicture>,
 ) {
@@ -98,6 +102,13 @@ fn add_frame(
                     Some(k) => k,
                     None => return,
                 },
+            };
+            let joined;
+            let text = if v23 {
+                joined = text.replace('\0', "/");
+                &joined
+            } else {
+                text
             };
             for value in split_values(text) {
                 if key == "genre" {

@@ -42,7 +42,7 @@ pub const TABLE: &[Mapping] = &[
     map!("title", "TITLE", Some("TIT2"), Some("\u{a9}nam"), Some("Title"), Some("INAM")),
     map!("artist", "ARTIST", Some("TPE1"), Some("\u{a9}ART"), Some("Artist"), Some("IART")),
     map!("album", "ALBUM", Some("TALB"), Some("\u{a9}alb"), Some("Album"), Some("IPRD")),
-    map!("albumartist", "ALBUMARTIST", Some("TPE2"), Some("aART"), Some("Album Artist"), None),
+    map!("albumartist", "ALBUMARTIST", Some("TPE2"), Some("aART"), Some("Album Artist"), Some("IAAR")),
     map!("tracknumber", "TRACKNUMBER", Some("TRCK"), Some("trkn"), Some("Track"), Some("ITRK")),
     map!("totaltracks", "TOTALTRACKS", None, None, None, None),
     map!("discnumber", "DISCNUMBER", Some("TPOS"), Some("disk"), Some("Disc"), None),

@@ -60,6 +60,8 @@ fn parse_info(b: &[u8]) -> Vec<(String, String)> {
         let Some(text) = (pos + 8).checked_add(len).and_then(|end| b.get(pos + 8..end)) else {
             break;
         };
+        // IPRT is the older spelling of ITRK.
+        let id = if id == "IPRT" { "ITRK".to_string() } else { id };
         if let Some(key) = keys::key_for_native(&id) {
             let text = text.split(|&c| c == 0).next().unwrap_or_default();
             tags.push(key, &decode_text(text));

@@ -1,1 +1,293 @@
+//! Thin adapter from FUSE kernel requests to `retagfs-core`. It holds no
+//! business logic: names, attributes and bytes all come from [`Library`].
+//! Opens and reads run on a worker pool so file I/O never holds up the
+//! threads that answer lookups and directory listings.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{unbounded, Sender};
+use fuser::{
+    Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
+    MountOption, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, Request, Session, SessionACL,
+};
+use retagfs_core::tree::{Entry, Node};
+use retagfs_core::{Library, OpenFile};
+
+/// How long the kernel may cache names and attributes.
+const TTL: Duration = Duration::from_secs(1);
+/// Preferred I/O size reported in `stat`.
+const BLOCK_SIZE: u32 = 128 * 1024;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The file system served to the kernel.
+pub struct RetagFs {
+    lib: Arc<Library>,
+    handles: Arc<Mutex<HashMap<u64, Arc<OpenFile>>>>,
+    next_handle: AtomicU64,
+    io: Sender<Job>,
+    uid: u32,
+    gid: u32,
+    mounted_at: SystemTime,
+}
+
+/// Mount settings beyond the library itself.
+pub struct MountConfig {
+    /// Threads that read backing files and the store.
+    pub io_threads: usize,
+    /// Let other users see the mount (needs `user_allow_other` for non-root).
+    pub allow_other: bool,
+}
+
+fn errno_of(e: &io::Error) -> Errno {
+    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+fn time_of(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH
+    }
+}
+
+impl RetagFs {
+    pub fn new(lib: Arc<Library>, config: &MountConfig) -> RetagFs {
+        let (tx, rx) = unbounded::<Job>();
+        for i in 0..config.io_threads.max(1) {
+            let rx = rx.clone();
+            std::thread::Builder::new()
+                .name(format!("retagfs-io-{i}"))
+                .spawn(move || {
+                    for job in rx {
+                        job();
+                    }
+                })
+                .expect("spawning an I/O thread");
+        }
+        // SAFETY: getuid/getgid cannot fail and touch no memory.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        RetagFs {
+            lib,
+            handles: Arc::default(),
+            next_handle: AtomicU64::new(1),
+            io: tx,
+            uid,
+            gid,
+            mounted_at: SystemTime::now(),
+        }
+    }
+
+    fn attr(&self, ino: u64, node: &Node) -> FileAttr {
+        let (kind, size, perm, nlink, mtime) = match &node.entry {
+            Entry::Dir { .. } => (FileType::Directory, 0, 0o555, 2, self.mounted_at),
+            Entry::File(f) => (FileType::RegularFile, f.size, 0o444, 1, time_of(f.mtime_ns)),
+        };
+        FileAttr {
+            ino: INodeNo(ino),
+            size,
+            blocks: size.div_ceil(512),
+            atime: mtime,
+            mtime,
+            ctime: mtime,
+            crtime: mtime,
+            kind,
+            perm,
+            nlink,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+            flags: 0,
+            blksize: BLOCK_SIZE,
+        }
+    }
+
+    fn spawn(&self, job: impl FnOnce() + Send + 'static) {
+        // The pool lives as long as self; a send can only fail at shutdown.
+        let _ = self.io.send(Box::new(job));
+    }
+}
+
+thread_local! {
+    /// Per-thread read buffer, reused so a read allocates nothing.
+    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Filesystem for RetagFs {
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let tree = self.lib.tree();
+        let found = name
+            .to_str()
+            .and_then(|n| tree.child(parent.0, n))
+            .and_then(|ino| tree.get(ino).map(|node| self.attr(ino, node)));
+        match found {
+            Some(attr) => reply.entry(&TTL, &attr, Generation(0)),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.lib.tree().get(ino.0) {
+            Some(node) => reply.attr(&TTL, &self.attr(ino.0, node)),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if flags.acc_mode() != OpenAccMode::O_RDONLY {
+            reply.error(Errno::EROFS);
+            return;
+        }
+        let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        let (lib, handles) = (self.lib.clone(), self.handles.clone());
+        self.spawn(move || match lib.open(ino.0) {
+            Ok(file) => {
+                handles.lock().unwrap_or_else(|e| e.into_inner()).insert(fh, Arc::new(file));
+                reply.opened(FileHandle(fh), FopenFlags::empty());
+            }
+            Err(e) => reply.error(errno_of(&e)),
+        });
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let file = self.handles.lock().unwrap_or_else(|e| e.into_inner()).get(&fh.0).cloned();
+        let Some(file) = file else {
+            reply.error(Errno::EBADF);
+            return;
+        };
+        let lib = self.lib.clone();
+        self.spawn(move || {
+            READ_BUF.with_borrow_mut(|buf| match lib.read(&file, offset, size as usize, buf) {
+                Ok(()) => reply.data(buf),
+                Err(e) => reply.error(errno_of(&e)),
+            })
+        });
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.handles.lock().unwrap_or_else(|e| e.into_inner()).remove(&fh.0);
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.lib.tree().get(ino.0).map(|n| &n.entry) {
+            Some(Entry::Dir { .. }) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Some(_) => reply.error(Errno::ENOTDIR),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let tree = self.lib.tree();
+        let Some(node) = tree.get(ino.0) else {
+            reply.error(Errno::ENOENT);
+            return;
+        };
+        let Entry::Dir { children } = &node.entry else {
+            reply.error(Errno::ENOTDIR);
+            return;
+        };
+        let dots = [(ino.0, FileType::Directory, "."), (node.parent, FileType::Directory, "..")];
+        let entries = dots.into_iter().chain(children.iter().map(|(name, &child)| {
+            let kind = match tree.get(child).map(|n| &n.entry) {
+                Some(Entry::Dir { .. }) => FileType::Directory,
+                _ => FileType::RegularFile,
+            };
+            (child, kind, name.as_str())
+        }));
+        for (i, (child, kind, name)) in entries.enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(child), (i + 1) as u64, kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let files = self.lib.tree().file_count() as u64;
+        reply.statfs(0, 0, 0, files, 0, BLOCK_SIZE, retagfs_core::tree::NAME_MAX as u32, BLOCK_SIZE);
+    }
+}
+
+/// Mounts the library and serves it until the file system is unmounted
+/// (by `unmount` from another thread, or `fusermount3 -u` / `umount`).
+pub struct Mount {
+    session: Session<RetagFs>,
+}
+
+/// Unmounts a running [`Mount`] from another thread (signal handler).
+pub struct Unmounter(fuser::SessionUnmounter);
+
+impl Unmounter {
+    pub fn unmount(&mut self) -> io::Result<()> {
+        self.0.unmount()
+    }
+}
+
+impl Mount {
+    pub fn new(lib: Arc<Library>, mountpoint: &Path, config: &MountConfig) -> io::Result<Mount> {
+        let mut options = Config::default();
+        options.mount_options = vec![
+            MountOption::RO,
+            MountOption::FSName("retagfs".into()),
+            MountOption::Subtype("retagfs".into()),
+            MountOption::DefaultPermissions,
+            MountOption::NoDev,
+            MountOption::NoSuid,
+        ];
+        if config.allow_other {
+            options.acl = SessionACL::All;
+        }
+        options.n_threads = Some(2);
+        let fs = RetagFs::new(lib, config);
+        let session = Session::new(fs, mountpoint, &options)?;
+        Ok(Mount { session })
+    }
+
+    pub fn unmounter(&mut self) -> Unmounter {
+        Unmounter(self.session.unmount_callable())
+    }
+
+    /// Serves requests until unmounted.
+    pub fn run(self) -> io::Result<()> {
+        self.session.run()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use retagfs_core::tree::ROOT_INO;
+
+    #[test]
+    fn root_inode_matches_fuse_root() {
+        assert_eq!(ROOT_INO, INodeNo::ROOT.0);
+    }
+}

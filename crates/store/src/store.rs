@@ -223,6 +223,21 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// Content fingerprints of the given tracks (those that have one).
+    pub fn fingerprints(&self, ids: &[i64]) -> Result<HashMap<[u8; 32], i64>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT fingerprint FROM tracks WHERE id = ?1 AND fingerprint IS NOT NULL")?;
+        let mut out = HashMap::new();
+        for &id in ids {
+            let fp: Option<Vec<u8>> = stmt.query_row([id], |r| r.get(0)).optional()?;
+            if let Some(fp) = fp.and_then(|f| <[u8; 32]>::try_from(f).ok()) {
+                out.insert(fp, id);
+            }
+        }
+        Ok(out)
+    }
+
     /// Stat stamps of every recorded failure, so unchanged broken files are
     /// not probed again.
     pub fn failure_stamps(&self) -> Result<HashMap<String, Stamps>> {
@@ -490,6 +505,27 @@ fn insert_tags(tx: &Transaction<'_>, id: i64, tags: &[(String, String)]) -> Resu
     for (key, value) in tags {
         stmt.execute(params![id, key, value])?;
     }
+    Ok(())
+}
+
+/// Points a track at a new backing path (its file moved), updating the
+/// scanner's columns but keeping its id, tags and art.
+pub fn move_track(tx: &Transaction<'_>, id: i64, t: &ScannedTrack) -> Result<()> {
+    tx.prepare_cached(
+        "UPDATE tracks SET backing_path = ?2, format = ?3, audio_offset = ?4, audio_length = ?5, \
+         file_size = ?6, mtime_ns = ?7, ctime_ns = ?8, scanned_at = ?9 WHERE id = ?1",
+    )?
+    .execute(params![
+        id,
+        t.backing_path,
+        t.format.as_str(),
+        t.audio_offset as i64,
+        t.audio_length as i64,
+        t.stamps.size as i64,
+        t.stamps.mtime_ns,
+        t.stamps.ctime_ns,
+        now_secs(),
+    ])?;
     Ok(())
 }
 

@@ -1,0 +1,207 @@
+//! Command-line arguments.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(
+    name = "retagfs",
+    version,
+    about = "A read-only FUSE view of a music library with clean paths and fresh tags",
+    long_about = "retagfs scans a music library into a SQLite store, then mounts a clean view of it: \
+paths come from a template over the tags, and every file carries metadata generated from the store \
+in front of the original, untouched audio bytes. The library itself is never written to.\n\n\
+Typical use:\n  retagfs scan ~/Music --db music.db\n  retagfs mount ~/clean --db music.db\n\n\
+Exit codes: 0 success, 1 fatal error, 2 usage error.",
+    after_help = "Logging: -v for info, -vv for debug, or RETAGFS_LOG=<filter>."
+)]
+pub struct Cli {
+    /// More log output on stderr (-v info, -vv debug).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Scan music folders into the store (re-scans skip unchanged files).
+    Scan(ScanArgs),
+    /// Mount the store's view of the library (blocks until unmounted).
+    Mount(MountArgs),
+    /// Print every track as JSON: id, backing_path, path, format, tags, art.
+    Export(ExportArgs),
+    /// Read or edit a track's tags in the store.
+    Tag(TagArgs),
+    /// Set or remove a track's pictures in the store.
+    Art(ArtArgs),
+}
+
+#[derive(Args)]
+pub struct ScanArgs {
+    /// Music folders to scan.
+    #[arg(required = true)]
+    pub dirs: Vec<PathBuf>,
+    /// The store (created if missing).
+    #[arg(long)]
+    pub db: PathBuf,
+    /// Files probed in parallel (default: all cores).
+    #[arg(long, short)]
+    pub jobs: Option<usize>,
+    /// Follow symbolic links (loops are detected and skipped).
+    #[arg(long)]
+    pub follow_symlinks: bool,
+    /// Remove tracks whose backing file is gone.
+    #[arg(long)]
+    pub prune: bool,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// How paths are rendered (shared by `mount` and `export`).
+#[derive(Args, Clone)]
+pub struct ViewArgs {
+    /// Path template, e.g. '${albumartist|artist}/$album/${tracknumber:02} $title'.
+    /// Fields are tag keys plus `filename`, `format` and `disc` (the disc number
+    /// when the album has several discs); `[...]` vanishes when a field in it is empty.
+    #[arg(long, short)]
+    pub template: Option<String>,
+    /// Value for a field that has none, e.g. --fallback genre=Unknown (repeatable).
+    #[arg(long = "fallback", value_name = "KEY=VALUE")]
+    pub fallbacks: Vec<String>,
+    /// Value for any field that has none and no --fallback of its own.
+    #[arg(long, value_name = "VALUE")]
+    pub default_fallback: Option<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ModeArg {
+    /// Fresh tags and art from the store in front of the original audio.
+    Synthesis,
+    /// The original files, byte for byte, under the template's paths.
+    StructureOnly,
+}
+
+#[derive(Args)]
+pub struct MountArgs {
+    /// An empty directory to mount on.
+    pub mountpoint: PathBuf,
+    #[arg(long)]
+    pub db: PathBuf,
+    #[command(flatten)]
+    pub view: ViewArgs,
+    #[arg(long, value_enum, default_value = "synthesis")]
+    pub mode: ModeArg,
+    /// Check the template and print sample paths and counts; do not mount.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Let other users (e.g. a media server) read the mount. Non-root users
+    /// need `user_allow_other` in /etc/fuse.conf.
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Threads that read backing files and art.
+    #[arg(long, default_value_t = 8)]
+    pub io_threads: usize,
+}
+
+#[derive(Args)]
+pub struct ExportArgs {
+    #[arg(long)]
+    pub db: PathBuf,
+    #[command(flatten)]
+    pub view: ViewArgs,
+}
+
+#[derive(Args)]
+pub struct TagArgs {
+    #[arg(long)]
+    pub db: PathBuf,
+    #[command(subcommand)]
+    pub action: TagAction,
+}
+
+#[derive(Subcommand)]
+pub enum TagAction {
+    /// Print a track's tags (all, or the given keys) as KEY=VALUE lines.
+    Get { track: String, keys: Vec<String> },
+    /// Replace keys: `title=New` (repeat a key for several values).
+    Set {
+        track: String,
+        #[arg(required = true)]
+        pairs: Vec<String>,
+    },
+    /// Append values: `genre=Jazz`.
+    Add {
+        track: String,
+        #[arg(required = true)]
+        pairs: Vec<String>,
+    },
+    /// Remove keys (`comment`) or single values (`genre=Jazz`).
+    Rm {
+        track: String,
+        #[arg(required = true)]
+        keys: Vec<String>,
+    },
+}
+
+#[derive(Args)]
+pub struct ArtArgs {
+    #[arg(long)]
+    pub db: PathBuf,
+    #[command(subcommand)]
+    pub action: ArtAction,
+}
+
+#[derive(Subcommand)]
+pub enum ArtAction {
+    /// Set the picture of a type (replacing one of that type) from an image file.
+    Set {
+        track: String,
+        image: PathBuf,
+        /// Picture type: front, back, leaflet, media, artist, other, or 0-20.
+        #[arg(long = "type", default_value = "front")]
+        picture_type: String,
+    },
+    /// Remove the pictures of a type (all pictures with --all).
+    Rm {
+        track: String,
+        #[arg(long = "type", default_value = "front", conflicts_with = "all")]
+        picture_type: String,
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+impl ViewArgs {
+    /// The view these arguments describe; a bad template or fallback is a
+    /// usage error that points at the problem.
+    pub fn config(&self, mode: retagfs_core::Mode) -> anyhow::Result<retagfs_core::ViewConfig> {
+        use retagfs_core::{Fallbacks, Template, DEFAULT_TEMPLATE};
+        let source = self.template.as_deref().unwrap_or(DEFAULT_TEMPLATE);
+        let template = Template::parse(source).map_err(|e| crate::UsageError(e.to_string()))?;
+        let mut fallbacks = Fallbacks::standard();
+        for pair in &self.fallbacks {
+            let Some((k, v)) = pair.split_once('=') else {
+                return Err(crate::UsageError(format!("--fallback {pair:?}: expected KEY=VALUE")).into());
+            };
+            fallbacks.per_field.insert(k.trim().to_lowercase(), v.to_string());
+        }
+        fallbacks.default = self.default_fallback.clone();
+        Ok(retagfs_core::ViewConfig {
+            template,
+            fallbacks,
+            mode,
+        })
+    }
+}
+
+impl From<ModeArg> for retagfs_core::Mode {
+    fn from(m: ModeArg) -> Self {
+        match m {
+            ModeArg::Synthesis => retagfs_core::Mode::Synthesis,
+            ModeArg::StructureOnly => retagfs_core::Mode::StructureOnly,
+        }
+    }
+}

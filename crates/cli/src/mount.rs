@@ -1,0 +1,90 @@
+//! `retagfs mount`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use retagfs_core::{Library, Mode};
+use retagfs_fuse::{Mount, MountConfig};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+
+use crate::args::MountArgs;
+
+/// Paths shown by `--dry-run`.
+const SAMPLE: usize = 20;
+
+/// The mountpoint must be an empty directory; a stale FUSE mount is
+/// recognised and explained.
+fn check_mountpoint(p: &Path) -> anyhow::Result<()> {
+    match std::fs::read_dir(p) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                bail!("mountpoint {} is not empty: mount on an empty directory", p.display());
+            }
+            Ok(())
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => bail!(
+            "mountpoint {} is a stale mount left by a process that died; clear it with `fusermount3 -u {}` (or `umount {}` as root)",
+            p.display(),
+            p.display(),
+            p.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("mountpoint {} does not exist: create it with `mkdir -p {}`", p.display(), p.display())
+        }
+        Err(e) => Err(e).with_context(|| format!("mountpoint {} is not a readable directory", p.display())),
+    }
+}
+
+pub fn run(a: MountArgs) -> anyhow::Result<()> {
+    let mode: Mode = a.mode.into();
+    let config = a.view.config(mode)?;
+    let store = crate::open_existing(&a.db)?;
+    let tracks = store.track_count()?;
+    if tracks == 0 {
+        bail!("the store {} has no tracks: run `retagfs scan <MUSIC_DIR> --db {}` first", a.db.display(), a.db.display());
+    }
+    let has_unsynthesized = store
+        .tracks()?
+        .iter()
+        .any(|t| !retagfs_formats::is_synthesized(t.format));
+    drop(store);
+    if !a.dry_run {
+        check_mountpoint(&a.mountpoint)?;
+    }
+    let lib = Arc::new(Library::load(&a.db, config)?);
+    if a.dry_run {
+        let tree = lib.tree();
+        for path in tree.file_paths().iter().take(SAMPLE) {
+            println!("{path}");
+        }
+        println!("{} files, {} directories", tree.file_count(), tree.dir_count());
+        return Ok(());
+    }
+    if mode == Mode::Synthesis && has_unsynthesized {
+        eprintln!(
+            "note: tags are synthesized for FLAC only so far; MP3, MP4, Ogg and WAV files are served byte-identical to their backing files"
+        );
+    }
+    let files = lib.tree().file_count();
+    let mount_config = MountConfig {
+        io_threads: a.io_threads,
+        allow_other: a.allow_other,
+    };
+    let mut mount = Mount::new(lib, &a.mountpoint, &mount_config)
+        .with_context(|| format!("mounting on {} (is /dev/fuse available and fuse3 installed?)", a.mountpoint.display()))?;
+    let mut unmounter = mount.unmounter();
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            tracing::info!("signal {sig}: unmounting");
+            if let Err(e) = unmounter.unmount() {
+                eprintln!("retagfs: unmount failed: {e}");
+            }
+        }
+    });
+    eprintln!("retagfs: serving {files} files at {} (Ctrl-C to unmount)", a.mountpoint.display());
+    mount.run().context("serving the mount")?;
+    eprintln!("retagfs: unmounted {}", a.mountpoint.display());
+    Ok(())
+}

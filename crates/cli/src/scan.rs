@@ -1,0 +1,85 @@
+//! `retagfs scan`.
+
+use std::io::IsTerminal;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use retagfs_core::scan::{scan, Progress, ScanOptions, ScanSummary};
+use retagfs_store::Store;
+
+use crate::args::ScanArgs;
+
+/// Failures listed by name at the end of a scan (the rest are counted).
+const LISTED_FAILURES: usize = 20;
+
+pub fn run(a: ScanArgs) -> anyhow::Result<()> {
+    let mut store = Store::open(&a.db)?;
+    let jobs = a
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let opts = ScanOptions {
+        roots: a.dirs,
+        follow_symlinks: a.follow_symlinks,
+        jobs,
+        prune: a.prune,
+    };
+    let bar = if std::io::stderr().is_terminal() {
+        ProgressBar::new_spinner()
+    } else {
+        ProgressBar::hidden()
+    };
+    let on_progress = |p: Progress| match p {
+        Progress::Walking(n) => bar.set_message(format!("walking: {n} files found")),
+        Progress::Probing(total) => {
+            bar.set_length(total);
+            bar.set_style(
+                ProgressStyle::with_template("{bar:40} {pos}/{len} files  {per_sec}  ETA {eta}  {msg}")
+                    .expect("valid template"),
+            );
+            bar.set_message("");
+        }
+        Progress::Probed => bar.inc(1),
+    };
+    let summary = scan(&mut store, &opts, &on_progress)?;
+    bar.finish_and_clear();
+    report(&summary, a.json);
+    Ok(())
+}
+
+fn report(s: &ScanSummary, json: bool) {
+    if json {
+        let failures: Vec<_> = s
+            .failures
+            .iter()
+            .map(|(path, reason)| serde_json::json!({"path": path, "reason": reason}))
+            .collect();
+        let out = serde_json::json!({
+            "added": s.added, "updated": s.updated, "moved": s.moved, "unchanged": s.unchanged,
+            "removed": s.removed, "missing": s.missing, "failed": s.failed, "skipped": s.skipped,
+            "elapsed_s": s.elapsed.as_secs_f64(), "failures": failures,
+        });
+        println!("{out}");
+    }
+    for (path, reason) in s.failures.iter().take(LISTED_FAILURES) {
+        eprintln!("failed: {path}: {reason}");
+    }
+    if s.failures.len() > LISTED_FAILURES {
+        eprintln!("... and {} more failures", s.failures.len() - LISTED_FAILURES);
+    }
+    if s.missing > 0 {
+        eprintln!(
+            "{} tracks have no backing file any more; run the scan with --prune to remove them",
+            s.missing
+        );
+    }
+    eprintln!(
+        "scan: {} added, {} updated, {} moved, {} unchanged, {} removed, {} failed, {} skipped (not audio) in {:.2} s",
+        s.added,
+        s.updated,
+        s.moved,
+        s.unchanged,
+        s.removed,
+        s.failed,
+        s.skipped,
+        s.elapsed.as_secs_f64()
+    );
+}

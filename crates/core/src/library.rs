@@ -1,0 +1,306 @@
+//! The mounted library: the tree rendered from the store, and opening a
+//! file (resolving its layout) for reads.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, RwLock, RwLockReadGuard};
+
+use anyhow::Context;
+use retagfs_formats::{synthesize, synthesized_len, Layout, SegmentSource, SynthesisInput};
+use retagfs_store::{ArtLink, Format, Store, TrackRow};
+
+use crate::template::{Fallbacks, Fields, Template};
+use crate::tree::{FileEntry, Placement, Tree};
+
+/// How files are served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Fresh metadata from the store in front of the original audio.
+    Synthesis,
+    /// The backing file's bytes, unchanged, under the template's paths.
+    StructureOnly,
+}
+
+/// How the tree is laid out and files are served.
+#[derive(Debug, Clone)]
+pub struct ViewConfig {
+    pub template: Template,
+    pub fallbacks: Fallbacks,
+    pub mode: Mode,
+}
+
+/// A track's tags as template fields, plus computed fields:
+/// `filename` (backing file name without extension), `format`, and `disc`
+/// (the disc number when the album has several discs, else nothing).
+pub struct TrackFields<'a> {
+    track: &'a TrackRow,
+    tags: &'a [(String, String)],
+}
+
+impl<'a> TrackFields<'a> {
+    pub fn new(track: &'a TrackRow, tags: &'a [(String, String)]) -> Self {
+        TrackFields { track, tags }
+    }
+
+    fn tag(&self, key: &str) -> Option<String> {
+        let values: Vec<&str> = self
+            .tags
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .collect();
+        (!values.is_empty()).then(|| values.join(", "))
+    }
+}
+
+fn leading_number(v: &str) -> Option<u32> {
+    let digits: String = v.trim().chars().take_while(|c| c.is_ascii_digit()).collect();
+    digits.parse().ok()
+}
+
+impl Fields for TrackFields<'_> {
+    fn get(&self, field: &str) -> Option<String> {
+        match field {
+            "filename" => Path::new(&self.track.backing_path)
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned()),
+            "format" => Some(self.track.format.as_str().to_string()),
+            "disc" => {
+                let disc = self.tag("discnumber")?;
+                let total = self.tag("totaldiscs").and_then(|t| leading_number(&t));
+                let several = total.is_some_and(|t| t > 1) || leading_number(&disc).is_some_and(|d| d > 1);
+                several.then_some(disc)
+            }
+            _ => self.tag(field),
+        }
+    }
+}
+
+/// Everything the tree needs about every track, loaded in a few queries.
+pub struct Snapshot {
+    pub tracks: Vec<TrackRow>,
+    pub tags: HashMap<i64, Vec<(String, String)>>,
+    pub art: HashMap<i64, Vec<ArtLink>>,
+    pub flac_block_lens: HashMap<i64, Vec<(u8, u64)>>,
+}
+
+impl Snapshot {
+    pub fn load(store: &Store) -> retagfs_store::Result<Snapshot> {
+        Ok(Snapshot {
+            tracks: store.tracks()?,
+            tags: store.all_tags()?,
+            art: store.all_art_links()?,
+            flac_block_lens: store.all_flac_block_lengths()?,
+        })
+    }
+
+    pub fn tags(&self, id: i64) -> &[(String, String)] {
+        self.tags.get(&id).map_or(&[], Vec::as_slice)
+    }
+
+    pub fn art(&self, id: i64) -> &[ArtLink] {
+        self.art.get(&id).map_or(&[], Vec::as_slice)
+    }
+
+    /// Renders every track's path and computes its served size.
+    pub fn tree(&self, config: &ViewConfig) -> Tree {
+        let placements = self
+            .tracks
+            .iter()
+            .map(|t| {
+                let tags = self.tags(t.id);
+                let size = match config.mode {
+                    Mode::StructureOnly => t.stamps.size,
+                    Mode::Synthesis => {
+                        let blocks = self.flac_block_lens.get(&t.id).map_or(&[][..], Vec::as_slice);
+                        synthesized_len(t, tags, self.art(t.id), blocks)
+                    }
+                };
+                Placement {
+                    path: config.template.render(&TrackFields::new(t, tags), &config.fallbacks),
+                    file: FileEntry {
+                        track_id: t.id,
+                        format: t.format,
+                        size,
+                        mtime_ns: t.stamps.mtime_ns,
+                        content_version: t.content_version,
+                    },
+                }
+            })
+            .collect();
+        Tree::build(placements)
+    }
+}
+
+/// Read-only store connections shared by the serving threads.
+struct ConnectionPool {
+    db: PathBuf,
+    idle: Mutex<Vec<Store>>,
+}
+
+impl ConnectionPool {
+    fn with<T>(&self, f: impl FnOnce(&Store) -> io::Result<T>) -> io::Result<T> {
+        let conn = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let conn = match conn {
+            Some(c) => c,
+            None => Store::open_read_only(&self.db).map_err(|e| {
+                tracing::error!("cannot open store {}: {e}", self.db.display());
+                io::Error::from_raw_os_error(libc::EIO)
+            })?,
+        };
+        let result = f(&conn);
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
+        result
+    }
+}
+
+/// The mounted view of a store.
+pub struct Library {
+    config: ViewConfig,
+    tree: RwLock<Tree>,
+    pool: ConnectionPool,
+}
+
+/// An open file: the layout resolved at open time and the backing file.
+pub struct OpenFile {
+    pub track: TrackRow,
+    pub layout: Layout,
+    backing: File,
+}
+
+fn eio() -> io::Error {
+    io::Error::from_raw_os_error(libc::EIO)
+}
+
+impl Library {
+    /// Loads the store and renders the tree.
+    pub fn load(db: &Path, config: ViewConfig) -> anyhow::Result<Library> {
+        let store = Store::open_read_only(db)?;
+        let snapshot = Snapshot::load(&store).context("reading the store")?;
+        let tree = snapshot.tree(&config);
+        Ok(Library {
+            config,
+            tree: RwLock::new(tree),
+            pool: ConnectionPool {
+                db: db.to_path_buf(),
+                idle: Mutex::new(vec![store]),
+            },
+        })
+    }
+
+    pub fn config(&self) -> &ViewConfig {
+        &self.config
+    }
+
+    pub fn tree(&self) -> RwLockReadGuard<'_, Tree> {
+        self.tree.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Opens a file for reading. Errors carry the errno to return: ENOENT
+    /// for a track that is gone, EIO for a backing file that changed since
+    /// the scan or store rows that cannot describe a file (each logged).
+    pub fn open(&self, ino: u64) -> io::Result<OpenFile> {
+        let entry = match self.tree().get(ino).map(|n| &n.entry) {
+            Some(crate::tree::Entry::File(f)) => f.clone(),
+            Some(_) => return Err(io::Error::from_raw_os_error(libc::EISDIR)),
+            None => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
+        };
+        let (track, layout) = self.pool.with(|store| self.resolve(store, entry.track_id))?;
+        let backing = File::open(&track.backing_path).map_err(|e| {
+            tracing::warn!("{}: cannot open backing file: {e}", track.backing_path);
+            if e.kind() == io::ErrorKind::NotFound {
+                io::Error::from_raw_os_error(libc::ENOENT)
+            } else {
+                eio()
+            }
+        })?;
+        let meta = backing.metadata().map_err(|_| eio())?;
+        let now = crate::stamps(&meta);
+        if now.size != track.stamps.size || now.mtime_ns != track.stamps.mtime_ns {
+            tracing::warn!(
+                "{}: backing file changed since it was scanned (size {} -> {}); run `retagfs scan` again",
+                track.backing_path,
+                track.stamps.size,
+                meta.len()
+            );
+            return Err(eio());
+        }
+        if layout.len() != entry.size {
+            // The store changed after the tree was built: serve the new
+            // version and make the tree's size agree with it.
+            if let Some(crate::tree::Entry::File(f)) = self
+                .tree
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_mut(ino)
+                .map(|n| &mut n.entry)
+            {
+                f.size = layout.len();
+                f.content_version = track.content_version;
+            }
+        }
+        Ok(OpenFile { track, layout, backing })
+    }
+
+    fn resolve(&self, store: &Store, track_id: i64) -> io::Result<(TrackRow, Layout)> {
+        let fail = |what: &str, e: &dyn std::fmt::Display| {
+            tracing::error!("track {track_id}: {what}: {e}");
+            eio()
+        };
+        let track = store
+            .track(track_id)
+            .map_err(|e| fail("reading track row", &e))?
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+        if self.config.mode == Mode::StructureOnly {
+            return Ok((track.clone(), Layout::passthrough(track.stamps.size)));
+        }
+        let tags = store.tags(track_id).map_err(|e| fail("reading tags", &e))?;
+        let art = store.art_links(track_id).map_err(|e| fail("reading art", &e))?;
+        let blocks = if track.format == Format::Flac {
+            store.flac_blocks(track_id).map_err(|e| fail("reading FLAC blocks", &e))?
+        } else {
+            Vec::new()
+        };
+        let layout = synthesize(&SynthesisInput { track: &track, tags: &tags, art: &art, flac_blocks: &blocks })
+            .map_err(|e| fail(&track.backing_path, &e))?;
+        Ok((track, layout))
+    }
+
+    /// Reads served bytes of an open file into `buf` (cleared first).
+    pub fn read(&self, file: &OpenFile, offset: u64, size: usize, buf: &mut Vec<u8>) -> io::Result<()> {
+        let want = size.min(file.layout.len().saturating_sub(offset) as usize);
+        buf.clear();
+        buf.resize(want, 0);
+        let src = Sources { lib: self, file };
+        file.layout.read_at(offset, buf, &src).map_err(|e| {
+            tracing::warn!("{}: read at {offset} failed: {e}", file.track.backing_path);
+            eio()
+        })?;
+        Ok(())
+    }
+}
+
+struct Sources<'a> {
+    lib: &'a Library,
+    file: &'a OpenFile,
+}
+
+impl SegmentSource for Sources<'_> {
+    fn read_backing(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.file.backing.read_exact_at(buf, offset)
+    }
+
+    fn read_art(&self, rowid: i64, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let n = self.lib.pool.with(|store| {
+            store.read_art(rowid, offset, buf).map_err(|e| io::Error::other(e.to_string()))
+        })?;
+        if n != buf.len() {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "art row is shorter than its link says"));
+        }
+        Ok(())
+    }
+}
+

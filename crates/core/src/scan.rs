@@ -1,0 +1,336 @@
+//! The scan pipeline: walk the roots, probe changed files in parallel with
+//! bounded reads, write results through one writer in batched transactions.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use crossbeam_channel::{bounded, Receiver, Sender};
+use retagfs_formats::{probe, ProbeError, ReadAt, Source};
+use retagfs_store::{self as store, ScannedPicture, ScannedTrack, Stamps, Store};
+use sha2::{Digest, Sha256};
+
+/// Results written per transaction.
+const BATCH: usize = 512;
+/// Bytes at each end of the audio that make up the content fingerprint.
+const FINGERPRINT_SPAN: u64 = 64 * 1024;
+
+/// File extensions that are never audio: skipped without a probe.
+const NOT_AUDIO: &[&str] = &[
+    "jpg", "jpeg", "png", "gif", "bmp", "webp", "tif", "tiff", "txt", "nfo", "cue", "log", "m3u",
+    "m3u8", "pls", "pdf", "sfv", "md5", "ffp", "accurip", "json", "xml", "html", "htm", "url",
+    "ini", "db", "lrc", "doc", "docx", "rtf", "zip", "rar", "7z", "torrent",
+];
+/// Extensions of the formats retagfs serves: such a file that fails to
+/// probe is a failure, anything else that is not audio is skipped.
+const AUDIO: &[&str] = &["flac", "mp3", "m4a", "m4b", "mp4", "aac", "alac", "ogg", "oga", "opus", "wav", "wave"];
+
+pub struct ScanOptions {
+    pub roots: Vec<PathBuf>,
+    pub follow_symlinks: bool,
+    pub jobs: usize,
+    pub prune: bool,
+}
+
+/// What a scan did.
+#[derive(Debug, Default, Clone)]
+pub struct ScanSummary {
+    pub added: u64,
+    pub updated: u64,
+    pub moved: u64,
+    pub unchanged: u64,
+    pub removed: u64,
+    /// Rows whose backing file is gone, kept because `--prune` was not given.
+    pub missing: u64,
+    pub failed: u64,
+    /// Files that are not audio (by content and name).
+    pub skipped: u64,
+    pub elapsed: Duration,
+    /// (path, reason) of files that failed in this scan.
+    pub failures: Vec<(String, String)>,
+}
+
+/// Progress reports for a progress bar.
+pub enum Progress {
+    /// The walk found this many files so far.
+    Walking(u64),
+    /// Probing starts: this many files need it.
+    Probing(u64),
+    /// One more file probed.
+    Probed,
+}
+
+struct Job {
+    path: String,
+    stamps: Stamps,
+    existing: Option<i64>,
+}
+
+enum Outcome {
+    Scanned(Job, Box<ScannedTrack>),
+    Failed(Job, ProbeError),
+}
+
+fn extension(path: &str) -> String {
+    Path::new(path)
+        .extension()
+        .map(|e| e.to_string_lossy().to_lowercase())
+        .unwrap_or_default()
+}
+
+/// Canonical, existing directories, or an error that says what to do.
+fn check_roots(roots: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    roots
+        .iter()
+        .map(|r| {
+            let c = std::fs::canonicalize(r)
+                .with_context(|| format!("library directory {} does not exist or cannot be read", r.display()))?;
+            if !c.is_dir() {
+                bail!("{} is not a directory: give the folder that holds your music", r.display());
+            }
+            Ok(c)
+        })
+        .collect()
+}
+
+/// Lists candidate files: (path, stamps). Symlinks are followed only when
+/// asked; loops are reported and skipped.
+fn walk(roots: &[PathBuf], follow: bool, progress: &dyn Fn(Progress), summary: &mut ScanSummary) -> Vec<(String, Stamps)> {
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    for root in roots {
+        for entry in walkdir::WalkDir::new(root).follow_links(follow) {
+            let entry = match entry {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::warn!("skipping: {e}");
+                    continue;
+                }
+            };
+            if !entry.file_type().is_file() {
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy();
+            if name.starts_with("._") || NOT_AUDIO.contains(&extension(&name).as_str()) {
+                summary.skipped += 1;
+                continue;
+            }
+            let Some(path) = entry.path().to_str().map(str::to_string) else {
+                let p = entry.path().display().to_string();
+                summary.failed += 1;
+                summary.failures.push((p, "file name is not valid UTF-8; rename it to scan it".into()));
+                continue;
+            };
+            if !seen.insert(path.clone()) {
+                continue;
+            }
+            match entry.metadata() {
+                Ok(meta) => out.push((path, crate::stamps(&meta))),
+                Err(e) => {
+                    summary.failed += 1;
+                    summary.failures.push((path, format!("cannot stat: {e}")));
+                }
+            }
+            if out.len() % 1024 == 0 {
+                progress(Progress::Walking(out.len() as u64));
+            }
+        }
+    }
+    out
+}
+
+/// Probes one file and computes its content fingerprint.
+fn probe_file(job: &Job) -> Result<ScannedTrack, ProbeError> {
+    let file = File::open(&job.path)?;
+    let src = Source::new(&file as &dyn ReadAt, job.stamps.size);
+    let p = probe(&src)?;
+    let fingerprint = fingerprint(&src, p.audio_offset, p.audio_length)?;
+    Ok(ScannedTrack {
+        backing_path: job.path.clone(),
+        format: p.format,
+        audio_offset: p.audio_offset,
+        audio_length: p.audio_length,
+        stamps: job.stamps,
+        fingerprint: Some(fingerprint),
+        tags: p.tags,
+        pictures: dedup_pictures(p.pictures),
+        flac_blocks: p.flac_blocks,
+    })
+}
+
+/// A file may carry the same image twice (in two tag containers).
+fn dedup_pictures(pictures: Vec<ScannedPicture>) -> Vec<ScannedPicture> {
+    let mut seen = HashSet::new();
+    pictures
+        .into_iter()
+        .filter(|p| seen.insert((p.picture_type, p.art.data.clone())))
+        .collect()
+}
+
+fn fingerprint(src: &Source<'_>, offset: u64, len: u64) -> Result<[u8; 32], ProbeError> {
+    let mut h = Sha256::new();
+    h.update(len.to_le_bytes());
+    h.update(src.read_upto(offset, FINGERPRINT_SPAN.min(len))?);
+    let tail = FINGERPRINT_SPAN.min(len);
+    h.update(src.read_upto(offset + len - tail, tail)?);
+    Ok(h.finalize().into())
+}
+
+fn worker(jobs: Receiver<Job>, results: Sender<Outcome>) {
+    for job in jobs {
+        let outcome = match probe_file(&job) {
+            Ok(t) => Outcome::Scanned(job, Box::new(t)),
+            Err(e) => Outcome::Failed(job, e),
+        };
+        if results.send(outcome).is_err() {
+            return;
+        }
+    }
+}
+
+fn under_roots(path: &str, roots: &[PathBuf]) -> bool {
+    roots.iter().any(|r| Path::new(path).starts_with(r))
+}
+
+/// Scans `opts.roots` into the store.
+pub fn scan(db: &mut Store, opts: &ScanOptions, progress: &dyn Fn(Progress)) -> anyhow::Result<ScanSummary> {
+    let started = Instant::now();
+    let roots = check_roots(&opts.roots)?;
+    let mut summary = ScanSummary::default();
+    let files = walk(&roots, opts.follow_symlinks, progress, &mut summary);
+
+    let known = db.stamps_by_path()?;
+    let known_failures = db.failure_stamps()?;
+    let seen: HashSet<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+    let mut missing: Vec<i64> = known
+        .iter()
+        .filter(|(p, _)| under_roots(p, &roots) && !seen.contains(p.as_str()))
+        .map(|(_, (id, _))| *id)
+        .collect();
+    missing.sort_unstable();
+    let mut moved_from = db.fingerprints(&missing)?;
+    let gone_failures: Vec<String> = known_failures
+        .keys()
+        .filter(|p| under_roots(p, &roots) && !seen.contains(p.as_str()))
+        .cloned()
+        .collect();
+
+    let mut todo = Vec::new();
+    for (path, stamps) in files {
+        match known.get(&path) {
+            Some((_, old)) if *old == stamps => summary.unchanged += 1,
+            Some((id, _)) => todo.push(Job { path, stamps, existing: Some(*id) }),
+            None if known_failures.get(&path) == Some(&stamps) => summary.failed += 1,
+            None => todo.push(Job { path, stamps, existing: None }),
+        }
+    }
+    progress(Progress::Probing(todo.len() as u64));
+
+    let mut moved = HashSet::new();
+    let (job_tx, job_rx) = bounded::<Job>(opts.jobs * 4);
+    let (res_tx, res_rx) = bounded::<Outcome>(opts.jobs * 4);
+    let write_result = std::thread::scope(|s| -> anyhow::Result<()> {
+        for _ in 0..opts.jobs.max(1) {
+            let (jobs, results) = (job_rx.clone(), res_tx.clone());
+            s.spawn(move || worker(jobs, results));
+        }
+        drop((job_rx, res_tx));
+        s.spawn(move || {
+            for job in todo {
+                if job_tx.send(job).is_err() {
+                    return;
+                }
+            }
+        });
+        write_results(db, res_rx, &mut moved_from, &mut moved, &mut summary, progress)
+    });
+    write_result?;
+
+    let still_missing: Vec<i64> = missing.into_iter().filter(|id| !moved.contains(id)).collect();
+    let tx = db.write()?;
+    for path in &gone_failures {
+        store::remove_failure(&tx, path)?;
+    }
+    if opts.prune {
+        for &id in &still_missing {
+            store::remove_track(&tx, id)?;
+        }
+        store::delete_orphan_art(&tx)?;
+        summary.removed = still_missing.len() as u64;
+    } else {
+        summary.missing = still_missing.len() as u64;
+    }
+    tx.commit()?;
+    summary.elapsed = started.elapsed();
+    Ok(summary)
+}
+
+/// The single writer: applies results in batched transactions.
+fn write_results(
+    db: &mut Store,
+    results: Receiver<Outcome>,
+    moved_from: &mut HashMap<[u8; 32], i64>,
+    moved: &mut HashSet<i64>,
+    summary: &mut ScanSummary,
+    progress: &dyn Fn(Progress),
+) -> anyhow::Result<()> {
+    let mut batch = Vec::with_capacity(BATCH);
+    let mut done = false;
+    while !done {
+        match results.recv() {
+            Ok(o) => batch.push(o),
+            Err(_) => done = true,
+        }
+        // Drain what is ready without waiting, up to a batch.
+        while batch.len() < BATCH {
+            match results.try_recv() {
+                Ok(o) => batch.push(o),
+                Err(_) => break,
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let tx = db.write()?;
+        for outcome in batch.drain(..) {
+            progress(Progress::Probed);
+            match outcome {
+                Outcome::Scanned(job, track) => {
+                    let was_moved = job
+                        .existing
+                        .is_none()
+                        .then(|| track.fingerprint.and_then(|fp| moved_from.remove(&fp)))
+                        .flatten();
+                    if let Some(id) = was_moved {
+                        store::move_track(&tx, id, &track)?;
+                        moved.insert(id);
+                        summary.moved += 1;
+                    } else {
+                        store::write_scanned(&tx, &track, job.existing)?;
+                        if job.existing.is_some() {
+                            summary.updated += 1;
+                        } else {
+                            summary.added += 1;
+                        }
+                    }
+                }
+                Outcome::Failed(job, ProbeError::UnknownFormat) if !AUDIO.contains(&extension(&job.path).as_str()) => {
+                    summary.skipped += 1;
+                }
+                Outcome::Failed(job, err) => {
+                    let reason = err.to_string();
+                    // A track that was fine before keeps its row (and its
+                    // edited tags); its changed stamps keep it from being served.
+                    tracing::warn!("{}: {reason}", job.path);
+                    store::record_failure(&tx, &job.path, job.stamps, &reason)?;
+                    summary.failed += 1;
+                    summary.failures.push((job.path, reason));
+                }
+            }
+        }
+        tx.commit()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,323 @@
+//! The virtual tree: directories and files rendered from the template,
+//! with sanitized, unique names and inode numbers that are stable across
+//! remounts (files: from the track id; directories: from a hash of the path).
+
+use std::collections::{BTreeMap, HashMap};
+
+use retagfs_store::Format;
+use sha2::{Digest, Sha256};
+
+pub const ROOT_INO: u64 = 1;
+/// File inodes are `FILE_INO_BASE + track id`.
+const FILE_INO_BASE: u64 = 1;
+/// Directory inodes have this bit set (track ids never reach it).
+const DIR_BIT: u64 = 1 << 62;
+/// Longest file name Linux file systems accept, in bytes.
+pub const NAME_MAX: usize = 255;
+
+/// A file in the tree: one track.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileEntry {
+    pub track_id: i64,
+    pub format: Format,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub content_version: i64,
+}
+
+#[derive(Debug, Clone)]
+pub enum Entry {
+    Dir { children: BTreeMap<String, u64> },
+    File(FileEntry),
+}
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub parent: u64,
+    pub name: String,
+    pub entry: Entry,
+}
+
+/// A track placed in the tree: its rendered (unsanitized) path without
+/// extension, and its file attributes.
+#[derive(Debug, Clone)]
+pub struct Placement {
+    pub path: String,
+    pub file: FileEntry,
+}
+
+#[derive(Debug, Clone)]
+pub struct Tree {
+    nodes: HashMap<u64, Node>,
+    dir_count: usize,
+}
+
+pub fn file_ino(track_id: i64) -> u64 {
+    FILE_INO_BASE + track_id as u64
+}
+
+/// Cleans one path component: control characters become spaces, `/` and
+/// NUL cannot appear, a leading dot (hidden file) becomes `_`, surrounding
+/// whitespace goes. `None` for a component that is empty, `.` or `..`.
+pub fn sanitize_component(raw: &str) -> Option<String> {
+    let cleaned: String = raw
+        .chars()
+        .filter(|&c| c != '\0')
+        .map(|c| if c.is_control() { ' ' } else if c == '/' { '_' } else { c })
+        .collect();
+    let trimmed = cleaned.trim();
+    if trimmed.is_empty() || trimmed == "." || trimmed == ".." {
+        return None;
+    }
+    let mut s = trimmed.to_string();
+    if s.starts_with('.') {
+        s.replace_range(0..1, "_");
+    }
+    Some(s)
+}
+
+/// Truncates to at most `max` bytes on a UTF-8 character boundary.
+pub fn truncate_utf8(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// `stem` + `suffix` + `.ext`, with the stem cut so the whole fits NAME_MAX.
+fn file_name(stem: &str, suffix: &str, ext: &str) -> String {
+    let room = NAME_MAX - ext.len() - 1 - suffix.len();
+    format!("{}{suffix}.{ext}", truncate_utf8(stem, room).trim_end())
+}
+
+impl Default for Tree {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Tree {
+    pub fn new() -> Tree {
+        let mut nodes = HashMap::new();
+        nodes.insert(
+            ROOT_INO,
+            Node {
+                parent: ROOT_INO,
+                name: String::new(),
+                entry: Entry::Dir {
+                    children: BTreeMap::new(),
+                },
+            },
+        );
+        Tree {
+            nodes,
+            dir_count: 1,
+        }
+    }
+
+    /// Builds the tree. Placements are applied in track id order, so name
+    /// collisions are resolved the same way on every mount.
+    pub fn build(mut placements: Vec<Placement>) -> Tree {
+        placements.sort_by_key(|p| p.file.track_id);
+        let mut tree = Tree::new();
+        // Directories first, so a file never takes a name a directory needs.
+        let split: Vec<(Vec<String>, String, FileEntry)> = placements
+            .into_iter()
+            .map(|p| {
+                let mut comps: Vec<String> = p.path.split('/').filter_map(sanitize_component).collect();
+                let stem = comps.pop().unwrap_or_default();
+                (comps, stem, p.file)
+            })
+            .collect();
+        let dirs: Vec<u64> = split.iter().map(|(comps, _, _)| tree.ensure_dirs(comps)).collect();
+        for ((_, stem, file), dir) in split.into_iter().zip(dirs) {
+            tree.insert_file(dir, &stem, file);
+        }
+        tree
+    }
+
+    fn ensure_dirs(&mut self, comps: &[String]) -> u64 {
+        let mut dir = ROOT_INO;
+        let mut path = String::new();
+        for comp in comps {
+            let name = truncate_utf8(comp, NAME_MAX).trim_end().to_string();
+            path.push('/');
+            path.push_str(&name);
+            dir = match self.child(dir, &name) {
+                Some(ino) if matches!(self.nodes[&ino].entry, Entry::Dir { .. }) => ino,
+                _ => {
+                    let ino = self.free_dir_ino(&path);
+                    self.add_child(dir, name, ino, Entry::Dir { children: BTreeMap::new() });
+                    self.dir_count += 1;
+                    ino
+                }
+            };
+        }
+        dir
+    }
+
+    /// A directory inode from its path, probing on the (unlikely) collision.
+    fn free_dir_ino(&self, path: &str) -> u64 {
+        let digest = Sha256::digest(path.as_bytes());
+        let mut ino = (u64::from_le_bytes(digest[..8].try_into().unwrap()) & (DIR_BIT - 1)) | DIR_BIT;
+        while self.nodes.contains_key(&ino) {
+            ino = ((ino + 1) & (DIR_BIT - 1)) | DIR_BIT;
+        }
+        ino
+    }
+
+    fn add_child(&mut self, parent: u64, name: String, ino: u64, entry: Entry) {
+        if let Some(Entry::Dir { children }) = self.nodes.get_mut(&parent).map(|n| &mut n.entry) {
+            children.insert(name.clone(), ino);
+        }
+        self.nodes.insert(ino, Node { parent, name, entry });
+    }
+
+    /// Adds a file under `dir`, suffixing ` (2)`, ` (3)`... on a name clash.
+    pub fn insert_file(&mut self, dir: u64, stem: &str, file: FileEntry) -> u64 {
+        let stem = if stem.is_empty() { format!("track {}", file.track_id) } else { stem.to_string() };
+        let ext = file.format.extension();
+        let mut name = file_name(&stem, "", ext);
+        let mut n = 2;
+        while self.child(dir, &name).is_some() {
+            name = file_name(&stem, &format!(" ({n})"), ext);
+            n += 1;
+        }
+        let ino = file_ino(file.track_id);
+        self.add_child(dir, name, ino, Entry::File(file));
+        ino
+    }
+
+    pub fn get(&self, ino: u64) -> Option<&Node> {
+        self.nodes.get(&ino)
+    }
+
+    pub fn get_mut(&mut self, ino: u64) -> Option<&mut Node> {
+        self.nodes.get_mut(&ino)
+    }
+
+    pub fn child(&self, dir: u64, name: &str) -> Option<u64> {
+        match &self.nodes.get(&dir)?.entry {
+            Entry::Dir { children } => children.get(name).copied(),
+            Entry::File(_) => None,
+        }
+    }
+
+    /// The path of a node relative to the root.
+    pub fn path(&self, mut ino: u64) -> Option<String> {
+        let mut parts = Vec::new();
+        while ino != ROOT_INO {
+            let node = self.nodes.get(&ino)?;
+            parts.push(node.name.as_str());
+            ino = node.parent;
+        }
+        parts.reverse();
+        Some(parts.join("/"))
+    }
+
+    pub fn file_count(&self) -> usize {
+        self.nodes.len() - self.dir_count
+    }
+
+    pub fn dir_count(&self) -> usize {
+        self.dir_count
+    }
+
+    /// Every file's relative path, sorted.
+    pub fn file_paths(&self) -> Vec<String> {
+        let mut out = Vec::with_capacity(self.file_count());
+        self.walk(ROOT_INO, &mut String::new(), &mut out);
+        out
+    }
+
+    fn walk(&self, dir: u64, prefix: &mut String, out: &mut Vec<String>) {
+        let Some(Entry::Dir { children }) = self.nodes.get(&dir).map(|n| &n.entry) else {
+            return;
+        };
+        for (name, &ino) in children {
+            let len = prefix.len();
+            if !prefix.is_empty() {
+                prefix.push('/');
+            }
+            prefix.push_str(name);
+            match self.nodes[&ino].entry {
+                Entry::Dir { .. } => self.walk(ino, prefix, out),
+                Entry::File(_) => out.push(prefix.clone()),
+            }
+            prefix.truncate(len);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn place(id: i64, path: &str) -> Placement {
+        Placement {
+            path: path.to_string(),
+            file: FileEntry { track_id: id, format: Format::Flac, size: 1, mtime_ns: 0, content_version: 1 },
+        }
+    }
+
+    #[test]
+    fn collisions_get_deterministic_suffixes() {
+        let t = Tree::build(vec![place(3, "A/x"), place(1, "A/x"), place(2, "A/x")]);
+        let a = t.child(ROOT_INO, "A").unwrap();
+        assert_eq!(t.child(a, "x.flac"), Some(file_ino(1)));
+        assert_eq!(t.child(a, "x (2).flac"), Some(file_ino(2)));
+        assert_eq!(t.child(a, "x (3).flac"), Some(file_ino(3)));
+    }
+
+    #[test]
+    fn hostile_components_are_cleaned() {
+        let t = Tree::build(vec![place(1, "../../etc/passwd"), place(2, "./.hidden/\u{7}x\ny")]);
+        assert_eq!(t.file_paths(), vec!["_hidden/x y.flac".to_string(), "etc/passwd.flac".to_string()]);
+    }
+
+    #[test]
+    fn inodes_are_stable_across_builds() {
+        let a = Tree::build(vec![place(1, "A/B/x"), place(2, "C/y")]);
+        let b = Tree::build(vec![place(2, "C/y"), place(1, "A/B/x")]);
+        let ino = |t: &Tree, p: &str| {
+            p.split('/').try_fold(ROOT_INO, |d, n| t.child(d, n))
+        };
+        for p in ["A", "A/B", "C", "A/B/x.flac"] {
+            assert_eq!(ino(&a, p), ino(&b, p));
+        }
+    }
+
+    #[test]
+    fn long_names_are_capped_with_extension_kept() {
+        let long = "é".repeat(200);
+        let t = Tree::build(vec![place(1, &format!("{long}/{long}")), place(2, &format!("{long}/{long}"))]);
+        for p in t.file_paths() {
+            for comp in p.split('/') {
+                assert!(comp.len() <= NAME_MAX, "{} bytes", comp.len());
+            }
+            assert!(p.ends_with(".flac"));
+        }
+        assert_eq!(t.file_count(), 2);
+    }
+
+    proptest! {
+        #[test]
+        fn every_track_gets_a_unique_valid_path(paths in proptest::collection::vec(".{0,300}", 1..20)) {
+            let placements: Vec<Placement> = paths.iter().enumerate().map(|(i, p)| place(i as i64 + 1, p)).collect();
+            let t = Tree::build(placements);
+            let files = t.file_paths();
+            prop_assert_eq!(files.len(), paths.len());
+            for f in &files {
+                for comp in f.split('/') {
+                    prop_assert!(!comp.is_empty() && comp != "." && comp != ".." && comp.len() <= NAME_MAX);
+                    prop_assert!(!comp.chars().any(|c| c.is_control()));
+                }
+            }
+        }
+    }
+}
