@@ -45,9 +45,11 @@ pub fn open_existing(db: &Path) -> anyhow::Result<Store> {
 }
 
 fn init_logging(verbose: u8) {
+    // The FUSE library logs every request type it does not implement
+    // (terminal ioctls from `less`, ...) at warn level: keep only its errors.
     let default = match verbose {
-        0 => "warn",
-        1 => "info",
+        0 => "warn,fuser=error",
+        1 => "info,fuser=error",
         _ => "debug",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("RETAGFS_LOG")

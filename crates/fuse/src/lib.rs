@@ -196,6 +196,11 @@ impl Filesystem for RetagFs {
         reply.ok();
     }
 
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        // Nothing is ever buffered for writing.
+        reply.ok();
+    }
+
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.lib.tree().get(ino.0).map(|n| &n.entry) {
             Some(Entry::Dir { .. }) => reply.opened(FileHandle(0), FopenFlags::empty()),
