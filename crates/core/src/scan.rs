@@ -323,7 +323,7 @@ fn write_results(
                     let reason = err.to_string();
                     // A track that was fine before keeps its row (and its
                     // edited tags); its changed stamps keep it from being served.
-                    tracing::warn!("{}: {reason}", job.path);
+                    tracing::info!("{}: {reason}", job.path);
                     store::record_failure(&tx, &job.path, job.stamps, &reason)?;
                     summary.failed += 1;
                     summary.failures.push((job.path, reason));

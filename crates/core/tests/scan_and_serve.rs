@@ -1,0 +1,156 @@
+//! Scan the committed fixtures into a store and serve them in-process (no
+//! FUSE): the served FLAC carries the store's tags and art in front of the
+//! backing file's audio bytes, and every format is byte-identical in
+//! structure-only mode.
+
+use std::path::{Path, PathBuf};
+
+use retagfs_core::scan::{scan, ScanOptions};
+use retagfs_core::tree::{file_ino, Entry};
+use retagfs_core::{Fallbacks, Library, Mode, Template, ViewConfig, DEFAULT_TEMPLATE};
+use retagfs_formats::{probe, ReadAt, Source};
+use retagfs_store::{self as store, Format, Store};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+/// A copy of the fixtures in a temp dir (tests may change files).
+fn library() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(fixtures()).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dir.path().join(p.file_name().unwrap())).unwrap();
+    }
+    dir
+}
+
+fn opts(root: &Path, prune: bool) -> ScanOptions {
+    ScanOptions { roots: vec![root.to_path_buf()], follow_symlinks: false, jobs: 2, prune }
+}
+
+fn view(mode: Mode) -> ViewConfig {
+    ViewConfig { template: Template::parse(DEFAULT_TEMPLATE).unwrap(), fallbacks: Fallbacks::standard(), mode }
+}
+
+fn read_all(lib: &Library, ino: u64) -> Vec<u8> {
+    let file = lib.open(ino).unwrap();
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    // Odd read sizes straddle segment boundaries.
+    let mut offset = 0;
+    loop {
+        lib.read(&file, offset, 1000, &mut buf).unwrap();
+        if buf.is_empty() {
+            break;
+        }
+        offset += buf.len() as u64;
+        out.extend_from_slice(&buf);
+    }
+    out
+}
+
+#[test]
+fn scan_counts_rescan_and_prune() {
+    let dir = library();
+    let db_path = dir.path().join("store.db");
+    let mut db = Store::open(&db_path).unwrap();
+    let s = scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
+    assert_eq!((s.added, s.failed), (7, 1), "{s:?}");
+    assert!(s.failures[0].0.ends_with("truncated.flac"));
+    assert_eq!(db.failures().unwrap().len(), 1);
+
+    let again = scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
+    assert_eq!((again.added, again.updated, again.unchanged, again.failed), (0, 0, 7, 1), "{again:?}");
+
+    std::fs::remove_file(dir.path().join("tagged.ogg")).unwrap();
+    let kept = scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
+    assert_eq!((kept.missing, kept.removed), (1, 0));
+    let pruned = scan(&mut db, &opts(dir.path(), true), &|_| {}).unwrap();
+    assert_eq!(pruned.removed, 1);
+    assert_eq!(db.track_count().unwrap(), 6);
+}
+
+#[test]
+fn moved_file_keeps_its_row_and_edited_tags() {
+    let dir = library();
+    let mut db = Store::open(&dir.path().join("store.db")).unwrap();
+    scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
+    let before = db.resolve_track(dir.path().join("tagged.flac").to_str().unwrap()).unwrap();
+    let tx = db.write().unwrap();
+    store::set_tag(&tx, before.id, "title", &["Edited".into()]).unwrap();
+    tx.commit().unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::rename(dir.path().join("tagged.flac"), dir.path().join("sub/moved.flac")).unwrap();
+    let s = scan(&mut db, &opts(dir.path(), true), &|_| {}).unwrap();
+    assert_eq!((s.moved, s.added, s.removed), (1, 0, 0), "{s:?}");
+    let after = db.resolve_track(dir.path().join("sub/moved.flac").to_str().unwrap()).unwrap();
+    assert_eq!(after.id, before.id);
+    assert_eq!(db.tags(after.id).unwrap().iter().find(|(k, _)| k == "title").unwrap().1, "Edited");
+}
+
+#[test]
+fn served_flac_has_store_tags_and_original_audio() {
+    let dir = library();
+    let db_path = dir.path().join("store.db");
+    let mut db = Store::open(&db_path).unwrap();
+    scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
+    let track = db.resolve_track(dir.path().join("tagged.flac").to_str().unwrap()).unwrap();
+    let tx = db.write().unwrap();
+    store::set_tag(&tx, track.id, "title", &["Retitled".into()]).unwrap();
+    tx.commit().unwrap();
+
+    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    let ino = file_ino(track.id);
+    let size = match &lib.tree().get(ino).unwrap().entry {
+        Entry::File(f) => f.size,
+        Entry::Dir { .. } => panic!("not a file"),
+    };
+    let served = read_all(&lib, ino);
+    assert_eq!(served.len() as u64, size, "stat size equals bytes served");
+
+    let p = probe(&Source::new(&served as &dyn ReadAt, served.len() as u64)).unwrap();
+    assert_eq!(p.format, Format::Flac);
+    let mut want = db.tags(track.id).unwrap();
+    let mut got = p.tags.clone();
+    want.sort();
+    got.sort();
+    assert_eq!(got, want);
+    assert!(got.contains(&("title".into(), "Retitled".into())));
+    assert_eq!(p.pictures.len(), 1);
+    assert_eq!(p.pictures[0].art.data, std::fs::read(fixtures().join("cover.png")).unwrap());
+
+    let backing = std::fs::read(&track.backing_path).unwrap();
+    let audio = &backing[track.audio_offset as usize..];
+    assert_eq!(&served[p.audio_offset as usize..], audio, "audio bytes are the backing file's");
+}
+
+#[test]
+fn structure_only_serves_every_format_byte_identical() {
+    let dir = library();
+    let db_path = dir.path().join("store.db");
+    let mut db = Store::open(&db_path).unwrap();
+    scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
+    let lib = Library::load(&db_path, view(Mode::StructureOnly)).unwrap();
+    let tracks = db.tracks().unwrap();
+    assert_eq!(tracks.len(), 7);
+    for t in tracks {
+        assert_eq!(read_all(&lib, file_ino(t.id)), std::fs::read(&t.backing_path).unwrap(), "{}", t.backing_path);
+    }
+}
+
+#[test]
+fn changed_backing_file_is_eio_not_stale_bytes() {
+    let dir = library();
+    let db_path = dir.path().join("store.db");
+    let mut db = Store::open(&db_path).unwrap();
+    scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
+    let track = db.resolve_track(dir.path().join("tagged.flac").to_str().unwrap()).unwrap();
+    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    std::fs::OpenOptions::new().append(true).open(&track.backing_path).unwrap().set_len(1000).unwrap();
+    let err = lib.open(file_ino(track.id)).err().expect("open must fail");
+    assert_eq!(err.raw_os_error(), Some(libc::EIO));
+    std::fs::remove_file(&track.backing_path).unwrap();
+    let err = lib.open(file_ino(track.id)).err().expect("open must fail");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+}
