@@ -42,7 +42,11 @@ fn picture_type(s: &str) -> Result<u8, UsageError> {
         .iter()
         .find(|(name, _)| name.eq_ignore_ascii_case(s))
         .map(|(_, n)| *n)
-        .ok_or_else(|| UsageError(format!("unknown picture type {s:?}: use front, back, media, artist, other or 0-20")))
+        .ok_or_else(|| {
+            UsageError(format!(
+                "unknown picture type {s:?}: use front, back, media, artist, other or 0-20"
+            ))
+        })
 }
 
 fn key(raw: &str) -> Result<String, UsageError> {
@@ -105,7 +109,11 @@ pub fn tag(a: TagArgs) -> anyhow::Result<()> {
                     None => (key(item)?, None),
                 };
                 let keep: Vec<String> = match only {
-                    Some(v) => current.iter().filter(|(ck, cv)| *ck == k && cv != v).map(|(_, cv)| cv.clone()).collect(),
+                    Some(v) => current
+                        .iter()
+                        .filter(|(ck, cv)| *ck == k && cv != v)
+                        .map(|(_, cv)| cv.clone())
+                        .collect(),
                     None => Vec::new(),
                 };
                 store::set_tag(&tx, id, &k, &keep)?;
@@ -119,19 +127,41 @@ pub fn tag(a: TagArgs) -> anyhow::Result<()> {
 pub fn art(a: ArtArgs) -> anyhow::Result<()> {
     let mut db = crate::open_existing(&a.db)?;
     match a.action {
-        ArtAction::Set { track, image, picture_type: t } => {
+        ArtAction::Set {
+            track,
+            image,
+            picture_type: t,
+        } => {
             let t = picture_type(&t)?;
             let data = std::fs::read(&image).with_context(|| format!("reading {}", image.display()))?;
             let (mime, width, height, depth) = image_info(&data).ok_or_else(|| {
-                UsageError(format!("{} is not a JPEG, PNG, GIF, BMP or WebP image", image.display()))
+                UsageError(format!(
+                    "{} is not a JPEG, PNG, GIF, BMP or WebP image",
+                    image.display()
+                ))
             })?;
             let id = db.resolve_track(&track)?.id;
             let tx = db.write()?;
-            let sha = store::set_art(&tx, id, &NewArt { mime, width, height, depth, data }, t)?;
+            let sha = store::set_art(
+                &tx,
+                id,
+                &NewArt {
+                    mime,
+                    width,
+                    height,
+                    depth,
+                    data,
+                },
+                t,
+            )?;
             tx.commit()?;
             println!("{sha}");
         }
-        ArtAction::Rm { track, picture_type: t, all } => {
+        ArtAction::Rm {
+            track,
+            picture_type: t,
+            all,
+        } => {
             let t = if all { None } else { Some(picture_type(&t)?) };
             let id = db.resolve_track(&track)?.id;
             let tx = db.write()?;

@@ -42,7 +42,11 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
     let store = crate::open_existing(&a.db)?;
     let tracks = store.track_count()?;
     if tracks == 0 {
-        bail!("the store {} has no tracks: run `retagfs scan <MUSIC_DIR> --db {}` first", a.db.display(), a.db.display());
+        bail!(
+            "the store {} has no tracks: run `retagfs scan <MUSIC_DIR> --db {}` first",
+            a.db.display(),
+            a.db.display()
+        );
     }
     let has_unsynthesized = store
         .tracks()?
@@ -71,8 +75,12 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
         io_threads: a.io_threads,
         allow_other: a.allow_other,
     };
-    let mut mount = Mount::new(lib, &a.mountpoint, &mount_config)
-        .with_context(|| format!("mounting on {} (is /dev/fuse available and fuse3 installed?)", a.mountpoint.display()))?;
+    let mut mount = Mount::new(lib, &a.mountpoint, &mount_config).with_context(|| {
+        format!(
+            "mounting on {} (is /dev/fuse available and fuse3 installed?)",
+            a.mountpoint.display()
+        )
+    })?;
     let mut unmounter = mount.unmounter();
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     std::thread::spawn(move || {
@@ -83,7 +91,10 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
             }
         }
     });
-    eprintln!("retagfs: serving {files} files at {} (Ctrl-C to unmount)", a.mountpoint.display());
+    eprintln!(
+        "retagfs: serving {files} files at {} (Ctrl-C to unmount)",
+        a.mountpoint.display()
+    );
     mount.run().context("serving the mount")?;
     eprintln!("retagfs: unmounted {}", a.mountpoint.display());
     Ok(())

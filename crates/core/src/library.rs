@@ -120,7 +120,9 @@ impl Snapshot {
                     }
                 };
                 Placement {
-                    path: config.template.render(&TrackFields::new(t, tags), &config.fallbacks),
+                    path: config
+                        .template
+                        .render(&TrackFields::new(t, tags), &config.fallbacks),
                     file: FileEntry {
                         track_id: t.id,
                         format: t.format,
@@ -242,7 +244,11 @@ impl Library {
                 f.content_version = track.content_version;
             }
         }
-        Ok(OpenFile { track, layout, backing })
+        Ok(OpenFile {
+            track,
+            layout,
+            backing,
+        })
     }
 
     fn resolve(&self, store: &Store, track_id: i64) -> io::Result<(TrackRow, Layout)> {
@@ -260,12 +266,19 @@ impl Library {
         let tags = store.tags(track_id).map_err(|e| fail("reading tags", &e))?;
         let art = store.art_links(track_id).map_err(|e| fail("reading art", &e))?;
         let blocks = if track.format == Format::Flac {
-            store.flac_blocks(track_id).map_err(|e| fail("reading FLAC blocks", &e))?
+            store
+                .flac_blocks(track_id)
+                .map_err(|e| fail("reading FLAC blocks", &e))?
         } else {
             Vec::new()
         };
-        let layout = synthesize(&SynthesisInput { track: &track, tags: &tags, art: &art, flac_blocks: &blocks })
-            .map_err(|e| fail(&track.backing_path, &e))?;
+        let layout = synthesize(&SynthesisInput {
+            track: &track,
+            tags: &tags,
+            art: &art,
+            flac_blocks: &blocks,
+        })
+        .map_err(|e| fail(&track.backing_path, &e))?;
         Ok((track, layout))
     }
 
@@ -295,12 +308,16 @@ impl SegmentSource for Sources<'_> {
 
     fn read_art(&self, rowid: i64, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let n = self.lib.pool.with(|store| {
-            store.read_art(rowid, offset, buf).map_err(|e| io::Error::other(e.to_string()))
+            store
+                .read_art(rowid, offset, buf)
+                .map_err(|e| io::Error::other(e.to_string()))
         })?;
         if n != buf.len() {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "art row is shorter than its link says"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "art row is shorter than its link says",
+            ));
         }
         Ok(())
     }
 }
-

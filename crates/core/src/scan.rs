@@ -19,13 +19,15 @@ const FINGERPRINT_SPAN: u64 = 64 * 1024;
 
 /// File extensions that are never audio: skipped without a probe.
 const NOT_AUDIO: &[&str] = &[
-    "jpg", "jpeg", "png", "gif", "bmp", "webp", "tif", "tiff", "txt", "nfo", "cue", "log", "m3u",
-    "m3u8", "pls", "pdf", "sfv", "md5", "ffp", "accurip", "json", "xml", "html", "htm", "url",
-    "ini", "db", "lrc", "doc", "docx", "rtf", "zip", "rar", "7z", "torrent",
+    "jpg", "jpeg", "png", "gif", "bmp", "webp", "tif", "tiff", "txt", "nfo", "cue", "log", "m3u", "m3u8",
+    "pls", "pdf", "sfv", "md5", "ffp", "accurip", "json", "xml", "html", "htm", "url", "ini", "db", "lrc",
+    "doc", "docx", "rtf", "zip", "rar", "7z", "torrent",
 ];
 /// Extensions of the formats retagfs serves: such a file that fails to
 /// probe is a failure, anything else that is not audio is skipped.
-const AUDIO: &[&str] = &["flac", "mp3", "m4a", "m4b", "mp4", "aac", "alac", "ogg", "oga", "opus", "wav", "wave"];
+const AUDIO: &[&str] = &[
+    "flac", "mp3", "m4a", "m4b", "mp4", "aac", "alac", "ogg", "oga", "opus", "wav", "wave",
+];
 
 pub struct ScanOptions {
     pub roots: Vec<PathBuf>,
@@ -85,10 +87,17 @@ fn check_roots(roots: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     roots
         .iter()
         .map(|r| {
-            let c = std::fs::canonicalize(r)
-                .with_context(|| format!("library directory {} does not exist or cannot be read", r.display()))?;
+            let c = std::fs::canonicalize(r).with_context(|| {
+                format!(
+                    "library directory {} does not exist or cannot be read",
+                    r.display()
+                )
+            })?;
             if !c.is_dir() {
-                bail!("{} is not a directory: give the folder that holds your music", r.display());
+                bail!(
+                    "{} is not a directory: give the folder that holds your music",
+                    r.display()
+                );
             }
             Ok(c)
         })
@@ -97,7 +106,12 @@ fn check_roots(roots: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
 
 /// Lists candidate files: (path, stamps). Symlinks are followed only when
 /// asked; loops are reported and skipped.
-fn walk(roots: &[PathBuf], follow: bool, progress: &dyn Fn(Progress), summary: &mut ScanSummary) -> Vec<(String, Stamps)> {
+fn walk(
+    roots: &[PathBuf],
+    follow: bool,
+    progress: &dyn Fn(Progress),
+    summary: &mut ScanSummary,
+) -> Vec<(String, Stamps)> {
     let mut out = Vec::new();
     let mut seen = HashSet::new();
     for root in roots {
@@ -120,7 +134,9 @@ fn walk(roots: &[PathBuf], follow: bool, progress: &dyn Fn(Progress), summary: &
             let Some(path) = entry.path().to_str().map(str::to_string) else {
                 let p = entry.path().display().to_string();
                 summary.failed += 1;
-                summary.failures.push((p, "file name is not valid UTF-8; rename it to scan it".into()));
+                summary
+                    .failures
+                    .push((p, "file name is not valid UTF-8; rename it to scan it".into()));
                 continue;
             };
             if !seen.insert(path.clone()) {
@@ -221,9 +237,17 @@ pub fn scan(db: &mut Store, opts: &ScanOptions, progress: &dyn Fn(Progress)) -> 
     for (path, stamps) in files {
         match known.get(&path) {
             Some((_, old)) if *old == stamps => summary.unchanged += 1,
-            Some((id, _)) => todo.push(Job { path, stamps, existing: Some(*id) }),
+            Some((id, _)) => todo.push(Job {
+                path,
+                stamps,
+                existing: Some(*id),
+            }),
             None if known_failures.get(&path) == Some(&stamps) => summary.failed += 1,
-            None => todo.push(Job { path, stamps, existing: None }),
+            None => todo.push(Job {
+                path,
+                stamps,
+                existing: None,
+            }),
         }
     }
     progress(Progress::Probing(todo.len() as u64));
@@ -316,7 +340,9 @@ fn write_results(
                         }
                     }
                 }
-                Outcome::Failed(job, ProbeError::UnknownFormat) if !AUDIO.contains(&extension(&job.path).as_str()) => {
+                Outcome::Failed(job, ProbeError::UnknownFormat)
+                    if !AUDIO.contains(&extension(&job.path).as_str()) =>
+                {
                     summary.skipped += 1;
                 }
                 Outcome::Failed(job, err) => {

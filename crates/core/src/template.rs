@@ -171,7 +171,9 @@ impl Parser<'_> {
                     };
                 }
                 None => return self.err(open, "'${' is never closed with '}'"),
-                Some(c) => return self.err(at + name.len(), format!("unexpected {c:?} in a field reference")),
+                Some(c) => {
+                    return self.err(at + name.len(), format!("unexpected {c:?} in a field reference"))
+                }
             }
         }
     }
@@ -252,7 +254,12 @@ impl Template {
 /// Appends the rendering of `nodes`; returns false if a field had no value
 /// (a section then discards what it rendered). Inside sections no fallback
 /// applies.
-fn render_nodes(nodes: &[Node], fields: &dyn Fields, fallbacks: Option<&Fallbacks>, out: &mut String) -> bool {
+fn render_nodes(
+    nodes: &[Node],
+    fields: &dyn Fields,
+    fallbacks: Option<&Fallbacks>,
+    out: &mut String,
+) -> bool {
     let mut complete = true;
     for node in nodes {
         match node {
@@ -264,7 +271,9 @@ fn render_nodes(nodes: &[Node], fields: &dyn Fields, fallbacks: Option<&Fallback
                 }
             }
             Node::Field { chain, pad } => {
-                let value = chain.iter().find_map(|f| fields.get(f).filter(|v| !v.trim().is_empty()));
+                let value = chain
+                    .iter()
+                    .find_map(|f| fields.get(f).filter(|v| !v.trim().is_empty()));
                 let value = match value {
                     Some(v) => v,
                     None => {
@@ -298,16 +307,24 @@ mod tests {
     use proptest::prelude::*;
 
     fn fields(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     fn render(t: &str, pairs: &[(&str, &str)]) -> String {
-        Template::parse(t).unwrap().render(&fields(pairs), &Fallbacks::standard())
+        Template::parse(t)
+            .unwrap()
+            .render(&fields(pairs), &Fallbacks::standard())
     }
 
     #[test]
     fn fields_chains_padding_and_sections() {
-        assert_eq!(render("$artist - ${title}", &[("artist", "A"), ("title", "T")]), "A - T");
+        assert_eq!(
+            render("$artist - ${title}", &[("artist", "A"), ("title", "T")]),
+            "A - T"
+        );
         assert_eq!(render("${albumartist|artist}", &[("artist", "A")]), "A");
         assert_eq!(render("${tracknumber:02}", &[("tracknumber", "3")]), "03");
         assert_eq!(render("${tracknumber:03}", &[("tracknumber", "A3")]), "A3");
@@ -321,9 +338,18 @@ mod tests {
 
     #[test]
     fn default_template_renders_a_real_track() {
-        let f = [("albumartist", "AA"), ("album", "Al"), ("tracknumber", "7"), ("title", "T"), ("disc", "2")];
+        let f = [
+            ("albumartist", "AA"),
+            ("album", "Al"),
+            ("tracknumber", "7"),
+            ("title", "T"),
+            ("disc", "2"),
+        ];
         assert_eq!(render(DEFAULT_TEMPLATE, &f), "AA/Al/2-07 T");
-        assert_eq!(render(DEFAULT_TEMPLATE, &[("filename", "f")]), "Unknown Artist/Unknown Album/f");
+        assert_eq!(
+            render(DEFAULT_TEMPLATE, &[("filename", "f")]),
+            "Unknown Artist/Unknown Album/f"
+        );
     }
 
     #[test]

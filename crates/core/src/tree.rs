@@ -63,7 +63,15 @@ pub fn sanitize_component(raw: &str) -> Option<String> {
     let cleaned: String = raw
         .chars()
         .filter(|&c| c != '\0')
-        .map(|c| if c.is_control() { ' ' } else if c == '/' { '_' } else { c })
+        .map(|c| {
+            if c.is_control() {
+                ' '
+            } else if c == '/' {
+                '_'
+            } else {
+                c
+            }
+        })
         .collect();
     let trimmed = cleaned.trim();
     if trimmed.is_empty() || trimmed == "." || trimmed == ".." {
@@ -113,10 +121,7 @@ impl Tree {
                 },
             },
         );
-        Tree {
-            nodes,
-            dir_count: 1,
-        }
+        Tree { nodes, dir_count: 1 }
     }
 
     /// Builds the tree. Placements are applied in track id order, so name
@@ -133,7 +138,10 @@ impl Tree {
                 (comps, stem, p.file)
             })
             .collect();
-        let dirs: Vec<u64> = split.iter().map(|(comps, _, _)| tree.ensure_dirs(comps)).collect();
+        let dirs: Vec<u64> = split
+            .iter()
+            .map(|(comps, _, _)| tree.ensure_dirs(comps))
+            .collect();
         for ((_, stem, file), dir) in split.into_iter().zip(dirs) {
             tree.insert_file(dir, &stem, file);
         }
@@ -151,7 +159,14 @@ impl Tree {
                 Some(ino) if matches!(self.nodes[&ino].entry, Entry::Dir { .. }) => ino,
                 _ => {
                     let ino = self.free_dir_ino(&path);
-                    self.add_child(dir, name, ino, Entry::Dir { children: BTreeMap::new() });
+                    self.add_child(
+                        dir,
+                        name,
+                        ino,
+                        Entry::Dir {
+                            children: BTreeMap::new(),
+                        },
+                    );
                     self.dir_count += 1;
                     ino
                 }
@@ -179,7 +194,11 @@ impl Tree {
 
     /// Adds a file under `dir`, suffixing ` (2)`, ` (3)`... on a name clash.
     pub fn insert_file(&mut self, dir: u64, stem: &str, file: FileEntry) -> u64 {
-        let stem = if stem.is_empty() { format!("track {}", file.track_id) } else { stem.to_string() };
+        let stem = if stem.is_empty() {
+            format!("track {}", file.track_id)
+        } else {
+            stem.to_string()
+        };
         let ext = file.format.extension();
         let mut name = file_name(&stem, "", ext);
         let mut n = 2;
@@ -261,7 +280,13 @@ mod tests {
     fn place(id: i64, path: &str) -> Placement {
         Placement {
             path: path.to_string(),
-            file: FileEntry { track_id: id, format: Format::Flac, size: 1, mtime_ns: 0, content_version: 1 },
+            file: FileEntry {
+                track_id: id,
+                format: Format::Flac,
+                size: 1,
+                mtime_ns: 0,
+                content_version: 1,
+            },
         }
     }
 
@@ -276,17 +301,21 @@ mod tests {
 
     #[test]
     fn hostile_components_are_cleaned() {
-        let t = Tree::build(vec![place(1, "../../etc/passwd"), place(2, "./.hidden/\u{7}x\ny")]);
-        assert_eq!(t.file_paths(), vec!["_hidden/x y.flac".to_string(), "etc/passwd.flac".to_string()]);
+        let t = Tree::build(vec![
+            place(1, "../../etc/passwd"),
+            place(2, "./.hidden/\u{7}x\ny"),
+        ]);
+        assert_eq!(
+            t.file_paths(),
+            vec!["_hidden/x y.flac".to_string(), "etc/passwd.flac".to_string()]
+        );
     }
 
     #[test]
     fn inodes_are_stable_across_builds() {
         let a = Tree::build(vec![place(1, "A/B/x"), place(2, "C/y")]);
         let b = Tree::build(vec![place(2, "C/y"), place(1, "A/B/x")]);
-        let ino = |t: &Tree, p: &str| {
-            p.split('/').try_fold(ROOT_INO, |d, n| t.child(d, n))
-        };
+        let ino = |t: &Tree, p: &str| p.split('/').try_fold(ROOT_INO, |d, n| t.child(d, n));
         for p in ["A", "A/B", "C", "A/B/x.flac"] {
             assert_eq!(ino(&a, p), ino(&b, p));
         }
@@ -295,7 +324,10 @@ mod tests {
     #[test]
     fn long_names_are_capped_with_extension_kept() {
         let long = "é".repeat(200);
-        let t = Tree::build(vec![place(1, &format!("{long}/{long}")), place(2, &format!("{long}/{long}"))]);
+        let t = Tree::build(vec![
+            place(1, &format!("{long}/{long}")),
+            place(2, &format!("{long}/{long}")),
+        ]);
         for p in t.file_paths() {
             for comp in p.split('/') {
                 assert!(comp.len() <= NAME_MAX, "{} bytes", comp.len());

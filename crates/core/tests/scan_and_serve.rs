@@ -26,11 +26,20 @@ fn library() -> tempfile::TempDir {
 }
 
 fn opts(root: &Path, prune: bool) -> ScanOptions {
-    ScanOptions { roots: vec![root.to_path_buf()], follow_symlinks: false, jobs: 2, prune }
+    ScanOptions {
+        roots: vec![root.to_path_buf()],
+        follow_symlinks: false,
+        jobs: 2,
+        prune,
+    }
 }
 
 fn view(mode: Mode) -> ViewConfig {
-    ViewConfig { template: Template::parse(DEFAULT_TEMPLATE).unwrap(), fallbacks: Fallbacks::standard(), mode }
+    ViewConfig {
+        template: Template::parse(DEFAULT_TEMPLATE).unwrap(),
+        fallbacks: Fallbacks::standard(),
+        mode,
+    }
 }
 
 fn read_all(lib: &Library, ino: u64) -> Vec<u8> {
@@ -61,7 +70,11 @@ fn scan_counts_rescan_and_prune() {
     assert_eq!(db.failures().unwrap().len(), 1);
 
     let again = scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
-    assert_eq!((again.added, again.updated, again.unchanged, again.failed), (0, 0, 7, 1), "{again:?}");
+    assert_eq!(
+        (again.added, again.updated, again.unchanged, again.failed),
+        (0, 0, 7, 1),
+        "{again:?}"
+    );
 
     std::fs::remove_file(dir.path().join("tagged.ogg")).unwrap();
     let kept = scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
@@ -76,7 +89,9 @@ fn moved_file_keeps_its_row_and_edited_tags() {
     let dir = library();
     let mut db = Store::open(&dir.path().join("store.db")).unwrap();
     scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
-    let before = db.resolve_track(dir.path().join("tagged.flac").to_str().unwrap()).unwrap();
+    let before = db
+        .resolve_track(dir.path().join("tagged.flac").to_str().unwrap())
+        .unwrap();
     let tx = db.write().unwrap();
     store::set_tag(&tx, before.id, "title", &["Edited".into()]).unwrap();
     tx.commit().unwrap();
@@ -84,9 +99,19 @@ fn moved_file_keeps_its_row_and_edited_tags() {
     std::fs::rename(dir.path().join("tagged.flac"), dir.path().join("sub/moved.flac")).unwrap();
     let s = scan(&mut db, &opts(dir.path(), true), &|_| {}).unwrap();
     assert_eq!((s.moved, s.added, s.removed), (1, 0, 0), "{s:?}");
-    let after = db.resolve_track(dir.path().join("sub/moved.flac").to_str().unwrap()).unwrap();
+    let after = db
+        .resolve_track(dir.path().join("sub/moved.flac").to_str().unwrap())
+        .unwrap();
     assert_eq!(after.id, before.id);
-    assert_eq!(db.tags(after.id).unwrap().iter().find(|(k, _)| k == "title").unwrap().1, "Edited");
+    assert_eq!(
+        db.tags(after.id)
+            .unwrap()
+            .iter()
+            .find(|(k, _)| k == "title")
+            .unwrap()
+            .1,
+        "Edited"
+    );
 }
 
 #[test]
@@ -95,7 +120,9 @@ fn served_flac_has_store_tags_and_original_audio() {
     let db_path = dir.path().join("store.db");
     let mut db = Store::open(&db_path).unwrap();
     scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
-    let track = db.resolve_track(dir.path().join("tagged.flac").to_str().unwrap()).unwrap();
+    let track = db
+        .resolve_track(dir.path().join("tagged.flac").to_str().unwrap())
+        .unwrap();
     let tx = db.write().unwrap();
     store::set_tag(&tx, track.id, "title", &["Retitled".into()]).unwrap();
     tx.commit().unwrap();
@@ -118,11 +145,18 @@ fn served_flac_has_store_tags_and_original_audio() {
     assert_eq!(got, want);
     assert!(got.contains(&("title".into(), "Retitled".into())));
     assert_eq!(p.pictures.len(), 1);
-    assert_eq!(p.pictures[0].art.data, std::fs::read(fixtures().join("cover.png")).unwrap());
+    assert_eq!(
+        p.pictures[0].art.data,
+        std::fs::read(fixtures().join("cover.png")).unwrap()
+    );
 
     let backing = std::fs::read(&track.backing_path).unwrap();
     let audio = &backing[track.audio_offset as usize..];
-    assert_eq!(&served[p.audio_offset as usize..], audio, "audio bytes are the backing file's");
+    assert_eq!(
+        &served[p.audio_offset as usize..],
+        audio,
+        "audio bytes are the backing file's"
+    );
 }
 
 #[test]
@@ -135,7 +169,12 @@ fn structure_only_serves_every_format_byte_identical() {
     let tracks = db.tracks().unwrap();
     assert_eq!(tracks.len(), 7);
     for t in tracks {
-        assert_eq!(read_all(&lib, file_ino(t.id)), std::fs::read(&t.backing_path).unwrap(), "{}", t.backing_path);
+        assert_eq!(
+            read_all(&lib, file_ino(t.id)),
+            std::fs::read(&t.backing_path).unwrap(),
+            "{}",
+            t.backing_path
+        );
     }
 }
 
@@ -145,9 +184,16 @@ fn changed_backing_file_is_eio_not_stale_bytes() {
     let db_path = dir.path().join("store.db");
     let mut db = Store::open(&db_path).unwrap();
     scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
-    let track = db.resolve_track(dir.path().join("tagged.flac").to_str().unwrap()).unwrap();
+    let track = db
+        .resolve_track(dir.path().join("tagged.flac").to_str().unwrap())
+        .unwrap();
     let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
-    std::fs::OpenOptions::new().append(true).open(&track.backing_path).unwrap().set_len(1000).unwrap();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&track.backing_path)
+        .unwrap()
+        .set_len(1000)
+        .unwrap();
     let err = lib.open(file_ino(track.id)).err().expect("open must fail");
     assert_eq!(err.raw_os_error(), Some(libc::EIO));
     std::fs::remove_file(&track.backing_path).unwrap();

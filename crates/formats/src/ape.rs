@@ -70,8 +70,18 @@ fn parse_items(b: &[u8], count: u32) -> (Vec<(String, String)>, Vec<ScannedPictu
             1 if key.to_ascii_lowercase().starts_with("cover art") => {
                 // Binary cover: a file name, NUL, then the image.
                 if let Some(nul) = value.iter().position(|&c| c == 0) {
-                    let picture_type = if key.to_ascii_lowercase().contains("back") { 4 } else { 3 };
-                    pictures.push(picture(value[nul + 1..].to_vec(), "", picture_type, String::new(), (0, 0, 0)));
+                    let picture_type = if key.to_ascii_lowercase().contains("back") {
+                        4
+                    } else {
+                        3
+                    };
+                    pictures.push(picture(
+                        value[nul + 1..].to_vec(),
+                        "",
+                        picture_type,
+                        String::new(),
+                        (0, 0, 0),
+                    ));
                 }
             }
             _ => {}

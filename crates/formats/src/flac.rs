@@ -82,19 +82,24 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
     }
     let sync = src.read_upto(pos, 2)?;
     if sync.len() == 2 && (sync[0] != 0xff || sync[1] & 0xfe != 0xf8) {
-        return malformed(format!("no FLAC frame sync where the audio should start (offset {pos})"));
+        return malformed(format!(
+            "no FLAC frame sync where the audio should start (offset {pos})"
+        ));
     }
     probe.audio_offset = pos;
     probe.audio_length = src.size() - pos;
     Ok(probe)
 }
 
+/// What a FLAC file can carry of a track's tags and pictures.
+type Fitting<'a> = (Cow<'a, [(String, String)]>, Vec<&'a ArtLink>);
+
 /// Tags and pictures that fit in FLAC blocks: a comment list over the
 /// 24-bit limit loses its longest values, a picture over it is left out.
 fn fitting<'a>(
     tags: &'a [(String, String)],
     art: &'a [ArtLink],
-) -> (Cow<'a, [(String, String)]>, Vec<&'a ArtLink>) {
+) -> Fitting<'a> {
     let mut tags = Cow::Borrowed(tags);
     while vorbis_comment::encoded_len(&tags) > MAX_BLOCK_LEN {
         let longest = (0..tags.len()).max_by_key(|&i| tags[i].1.len()).unwrap_or(0);
@@ -133,7 +138,10 @@ pub fn synthesize(
         return Err("the store has no STREAMINFO block for this FLAC track".into());
     }
     if let Some((t, b)) = blocks.iter().find(|(_, b)| b.len() as u64 > MAX_BLOCK_LEN) {
-        return Err(format!("stored FLAC block of type {t} is too long ({} bytes)", b.len()));
+        return Err(format!(
+            "stored FLAC block of type {t} is too long ({} bytes)",
+            b.len()
+        ));
     }
     let (tags, art) = fitting(tags, art);
     let mut layout = Layout::default();
@@ -144,7 +152,11 @@ pub fn synthesize(
     }
     let mut comment = Vec::with_capacity(vorbis_comment::encoded_len(&tags) as usize);
     vorbis_comment::encode(&tags, &mut comment);
-    layout.push_bytes(&block_header(VORBIS_COMMENT, art.is_empty(), comment.len() as u64));
+    layout.push_bytes(&block_header(
+        VORBIS_COMMENT,
+        art.is_empty(),
+        comment.len() as u64,
+    ));
     layout.push_bytes(&comment);
     for (i, link) in art.iter().enumerate() {
         let last = i + 1 == art.len();
@@ -160,4 +172,3 @@ fn block_header(block_type: u8, last: bool, len: u64) -> [u8; 4] {
     let l = (len as u32).to_be_bytes();
     [block_type | if last { 0x80 } else { 0 }, l[1], l[2], l[3]]
 }
-

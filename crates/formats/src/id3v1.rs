@@ -17,7 +17,12 @@ pub fn parse(b: &[u8]) -> Vec<(String, String)> {
     let text = |r: std::ops::Range<usize>| -> String {
         let field = &b[r];
         let end = field.iter().position(|&c| c == 0).unwrap_or(field.len());
-        field[..end].iter().map(|&c| c as char).collect::<String>().trim().to_string()
+        field[..end]
+            .iter()
+            .map(|&c| c as char)
+            .collect::<String>()
+            .trim()
+            .to_string()
     };
     let mut tags = TagList::new();
     tags.push("title", &text(3..33));

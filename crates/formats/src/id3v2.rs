@@ -57,11 +57,7 @@ pub fn skip_tags(src: &Source<'_>) -> Result<u64> {
 
 /// Reads the ID3v2 tags at the start of the file; returns the offset past
 /// them. Frames the `id3` crate cannot parse are skipped, not fatal.
-pub fn read_leading(
-    src: &Source<'_>,
-    tags: &mut TagList,
-    pictures: &mut Vec<ScannedPicture>,
-) -> Result<u64> {
+pub fn read_leading(src: &Source<'_>, tags: &mut TagList, pictures: &mut Vec<ScannedPicture>) -> Result<u64> {
     let spans = tag_spans(src)?;
     for &(start, len) in &spans {
         let bytes = src.read(start, len, "ID3v2 tag")?;
@@ -142,10 +138,7 @@ fn add_frame(
         }
         Content::Lyrics(l) => tags.push("lyrics", &l.text),
         Content::UniqueFileIdentifier(u) if u.owner_identifier == "http://musicbrainz.org" => {
-            tags.push(
-                "musicbrainz_recordingid",
-                &String::from_utf8_lossy(&u.identifier),
-            );
+            tags.push("musicbrainz_recordingid", &String::from_utf8_lossy(&u.identifier));
         }
         Content::Picture(p) => pictures.push(picture(
             p.data.clone(),
@@ -197,7 +190,10 @@ mod tests {
         read_tag_bytes(&bytes, &mut tags, &mut pics);
         let tags = tags.finish();
         let get = |k: &str| -> Vec<&str> {
-            tags.iter().filter(|(tk, _)| tk == k).map(|(_, v)| v.as_str()).collect()
+            tags.iter()
+                .filter(|(tk, _)| tk == k)
+                .map(|(_, v)| v.as_str())
+                .collect()
         };
         assert_eq!(get("title"), ["T"]);
         assert_eq!(get("artist"), ["A1", "A2"]);

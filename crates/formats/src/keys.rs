@@ -159,13 +159,7 @@ pub fn canonical_key(native: &str) -> Option<String> {
     if k.is_empty() || k.contains('=') || k.chars().any(|c| c.is_control()) {
         return None;
     }
-    Some(
-        index()
-            .by_native
-            .get(&k)
-            .map(|s| s.to_string())
-            .unwrap_or(k),
-    )
+    Some(index().by_native.get(&k).map(|s| s.to_string()).unwrap_or(k))
 }
 
 /// The canonical key of a native ID3 frame id / MP4 atom, if it has one.
@@ -261,8 +255,14 @@ mod tests {
         assert_eq!(canonical_key("Album Artist").unwrap(), "albumartist");
         assert_eq!(canonical_key("ALBUMARTIST").unwrap(), "albumartist");
         assert_eq!(canonical_key("TRACKTOTAL").unwrap(), "totaltracks");
-        assert_eq!(canonical_key("MUSICBRAINZ_TRACKID").unwrap(), "musicbrainz_recordingid");
-        assert_eq!(canonical_key("MusicBrainz Album Id").unwrap(), "musicbrainz_albumid");
+        assert_eq!(
+            canonical_key("MUSICBRAINZ_TRACKID").unwrap(),
+            "musicbrainz_recordingid"
+        );
+        assert_eq!(
+            canonical_key("MusicBrainz Album Id").unwrap(),
+            "musicbrainz_albumid"
+        );
         assert_eq!(canonical_key("My Custom").unwrap(), "my custom");
         assert_eq!(canonical_key(" "), None);
         assert_eq!(canonical_key("a=b"), None);

@@ -101,12 +101,7 @@ impl Layout {
 
     /// Fills `buf` with the served bytes at `offset`; returns how many bytes
     /// were read (fewer than `buf.len()` only at the end of the file).
-    pub fn read_at(
-        &self,
-        offset: u64,
-        buf: &mut [u8],
-        src: &impl SegmentSource,
-    ) -> io::Result<usize> {
+    pub fn read_at(&self, offset: u64, buf: &mut [u8], src: &impl SegmentSource) -> io::Result<usize> {
         if offset >= self.len {
             return Ok(0);
         }
@@ -161,9 +156,7 @@ mod tests {
         for s in l.segments() {
             let mut buf = vec![0u8; s.len() as usize];
             match *s {
-                Segment::Generated { start, len } => {
-                    buf.copy_from_slice(&l.generated[start..start + len])
-                }
+                Segment::Generated { start, len } => buf.copy_from_slice(&l.generated[start..start + len]),
                 Segment::Art { rowid, .. } => Fake.read_art(rowid, 0, &mut buf).unwrap(),
                 Segment::Backing { offset, .. } => Fake.read_backing(offset, &mut buf).unwrap(),
             }

@@ -26,6 +26,7 @@ mod vorbis_comment;
 mod wav;
 
 pub use error::ProbeError;
+pub use layout::SegmentSource;
 pub use layout::{Layout, Segment};
 pub use picture::image_info;
 pub use probe::{probe, Probe};
@@ -33,4 +34,3 @@ pub use retagfs_store::Format;
 pub use sniff::sniff;
 pub use source::{ReadAt, Source};
 pub use synth::{is_synthesized, synthesize, synthesized_len, FlacBlockLen, SynthesisInput};
-pub use layout::SegmentSource;

@@ -46,7 +46,12 @@ fn atom_at(b: &[u8], pos: usize, end: u64, base: u64) -> Result<Atom> {
             String::from_utf8_lossy(&kind)
         ));
     }
-    Ok(Atom { kind, offset, header, len })
+    Ok(Atom {
+        kind,
+        offset,
+        header,
+        len,
+    })
 }
 
 /// The children of a region of bytes `b` that starts at file offset `base`.
@@ -104,7 +109,13 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
     if let Some(ilst) = find_ilst(&moov_bytes, body_at, &moov_children)? {
         let mut tags = TagList::new();
         for item in children(ilst.0, ilst.1)? {
-            read_item(slice(ilst.0, ilst.1, &item), item.offset + item.header, &item.kind, &mut tags, &mut probe.pictures)?;
+            read_item(
+                slice(ilst.0, ilst.1, &item),
+                item.offset + item.header,
+                &item.kind,
+                &mut tags,
+                &mut probe.pictures,
+            )?;
         }
         probe.tags = tags.finish();
     }
@@ -188,7 +199,9 @@ fn read_item(
 ) -> Result<()> {
     let name: String = kind.iter().map(|&c| c as char).collect();
     let data = data_atoms(b, base)?;
-    let pair = |d: &[u8]| (d.len() >= 6).then(|| (u16::from_be_bytes([d[2], d[3]]), u16::from_be_bytes([d[4], d[5]])));
+    let pair = |d: &[u8]| {
+        (d.len() >= 6).then(|| (u16::from_be_bytes([d[2], d[3]]), u16::from_be_bytes([d[4], d[5]])))
+    };
     match &name[..] {
         "trkn" | "disk" => {
             let (num_key, total_key) = if name == "trkn" {
@@ -270,6 +283,9 @@ fn be_int(d: &[u8]) -> i64 {
 }
 
 fn utf16_be(d: &[u8]) -> String {
-    let units: Vec<u16> = d.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]])).collect();
+    let units: Vec<u16> = d
+        .chunks_exact(2)
+        .map(|c| u16::from_be_bytes([c[0], c[1]]))
+        .collect();
     String::from_utf16_lossy(&units)
 }

@@ -41,7 +41,9 @@ fn read_page(src: &Source<'_>, pos: u64) -> Result<Page> {
         body_at: pos + PAGE_HEADER_LEN + segments,
     };
     if page.end() > src.size() {
-        return Err(ProbeError::Truncated(format!("Ogg page at offset {pos} runs past the end")));
+        return Err(ProbeError::Truncated(format!(
+            "Ogg page at offset {pos} runs past the end"
+        )));
     }
     Ok(page)
 }

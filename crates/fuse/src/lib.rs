@@ -150,7 +150,10 @@ impl Filesystem for RetagFs {
         let (lib, handles) = (self.lib.clone(), self.handles.clone());
         self.spawn(move || match lib.open(ino.0) {
             Ok(file) => {
-                handles.lock().unwrap_or_else(|e| e.into_inner()).insert(fh, Arc::new(file));
+                handles
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(fh, Arc::new(file));
                 reply.opened(FileHandle(fh), FopenFlags::empty());
             }
             Err(e) => reply.error(errno_of(&e)),
@@ -168,7 +171,12 @@ impl Filesystem for RetagFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let file = self.handles.lock().unwrap_or_else(|e| e.into_inner()).get(&fh.0).cloned();
+        let file = self
+            .handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&fh.0)
+            .cloned();
         let Some(file) = file else {
             reply.error(Errno::EBADF);
             return;
@@ -192,11 +200,21 @@ impl Filesystem for RetagFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.handles.lock().unwrap_or_else(|e| e.into_inner()).remove(&fh.0);
+        self.handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&fh.0);
         reply.ok();
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
         // Nothing is ever buffered for writing.
         reply.ok();
     }
@@ -219,7 +237,10 @@ impl Filesystem for RetagFs {
             reply.error(Errno::ENOTDIR);
             return;
         };
-        let dots = [(ino.0, FileType::Directory, "."), (node.parent, FileType::Directory, "..")];
+        let dots = [
+            (ino.0, FileType::Directory, "."),
+            (node.parent, FileType::Directory, ".."),
+        ];
         let entries = dots.into_iter().chain(children.iter().map(|(name, &child)| {
             let kind = match tree.get(child).map(|n| &n.entry) {
                 Some(Entry::Dir { .. }) => FileType::Directory,
@@ -237,7 +258,16 @@ impl Filesystem for RetagFs {
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let files = self.lib.tree().file_count() as u64;
-        reply.statfs(0, 0, 0, files, 0, BLOCK_SIZE, retagfs_core::tree::NAME_MAX as u32, BLOCK_SIZE);
+        reply.statfs(
+            0,
+            0,
+            0,
+            files,
+            0,
+            BLOCK_SIZE,
+            retagfs_core::tree::NAME_MAX as u32,
+            BLOCK_SIZE,
+        );
     }
 }
 

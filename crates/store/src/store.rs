@@ -21,10 +21,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("{path}: {source}")]
-    Open {
-        path: String,
-        source: rusqlite::Error,
-    },
+    Open { path: String, source: rusqlite::Error },
     #[error(
         "{path}: the store has schema version {found}, newer than this retagfs understands \
          ({SCHEMA_VERSION}); upgrade retagfs or use the binary that wrote it"
@@ -97,8 +94,7 @@ impl Store {
     }
 
     fn user_version(&self) -> rusqlite::Result<i64> {
-        self.conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
+        self.conn.pragma_query_value(None, "user_version", |r| r.get(0))
     }
 
     fn check_version(&self, path: &Path) -> Result<i64> {
@@ -170,17 +166,17 @@ impl Store {
 
     /// Every track, ordered by id.
     pub fn tracks(&self) -> Result<Vec<TrackRow>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {TRACK_COLUMNS} FROM tracks ORDER BY id"
-        ))?;
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!("SELECT {TRACK_COLUMNS} FROM tracks ORDER BY id"))?;
         let rows = stmt.query_map([], track_from_row)?;
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
 
     pub fn track(&self, id: i64) -> Result<Option<TrackRow>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {TRACK_COLUMNS} FROM tracks WHERE id = ?1"
-        ))?;
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!("SELECT {TRACK_COLUMNS} FROM tracks WHERE id = ?1"))?;
         Ok(stmt.query_row([id], track_from_row).optional()?)
     }
 
@@ -268,9 +264,9 @@ impl Store {
 
     /// Tags of one track: (key, value) ordered by key, then position.
     pub fn tags(&self, track_id: i64) -> Result<Vec<(String, String)>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT key, value FROM tags WHERE track_id = ?1 ORDER BY key, position",
-        )?;
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT key, value FROM tags WHERE track_id = ?1 ORDER BY key, position")?;
         let rows = stmt.query_map([track_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -283,9 +279,7 @@ impl Store {
         let mut out: HashMap<i64, Vec<(String, String)>> = HashMap::new();
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
-            out.entry(r.get(0)?)
-                .or_default()
-                .push((r.get(1)?, r.get(2)?));
+            out.entry(r.get(0)?).or_default().push((r.get(1)?, r.get(2)?));
         }
         Ok(out)
     }
@@ -302,15 +296,13 @@ impl Store {
 
     /// Pictures of every track, grouped by track id.
     pub fn all_art_links(&self) -> Result<HashMap<i64, Vec<ArtLink>>> {
-        let mut stmt = self.conn.prepare(&format!(
-            "{ART_LINK_SELECT} ORDER BY l.track_id, l.position"
-        ))?;
+        let mut stmt = self
+            .conn
+            .prepare(&format!("{ART_LINK_SELECT} ORDER BY l.track_id, l.position"))?;
         let mut out: HashMap<i64, Vec<ArtLink>> = HashMap::new();
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
-            out.entry(r.get(0)?)
-                .or_default()
-                .push(art_link_from_row(r, 1)?);
+            out.entry(r.get(0)?).or_default().push(art_link_from_row(r, 1)?);
         }
         Ok(out)
     }
@@ -359,11 +351,9 @@ impl Store {
     /// The bytes and mime type of an art image.
     pub fn art_data(&self, sha256: &str) -> Result<(String, Vec<u8>)> {
         self.conn
-            .query_row(
-                "SELECT mime, data FROM art WHERE sha256 = ?1",
-                [sha256],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
+            .query_row("SELECT mime, data FROM art WHERE sha256 = ?1", [sha256], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
             .optional()?
             .ok_or_else(|| StoreError::NoSuchArt(sha256.to_string()))
     }
@@ -374,9 +364,9 @@ const TRACK_COLUMNS: &str = "id, backing_path, format, audio_offset, audio_lengt
 
 fn track_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackRow> {
     let format: String = r.get(2)?;
-    let format = format.parse::<Format>().map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Text, e.into())
-    })?;
+    let format = format
+        .parse::<Format>()
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Text, e.into()))?;
     Ok(TrackRow {
         id: r.get(0)?,
         backing_path: r.get(1)?,
@@ -419,14 +409,7 @@ pub fn insert_art(tx: &Transaction<'_>, art: &NewArt) -> Result<String> {
         "INSERT OR IGNORE INTO art (sha256, mime, width, height, depth, data) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?
-    .execute(params![
-        sha,
-        art.mime,
-        art.width,
-        art.height,
-        art.depth,
-        art.data
-    ])?;
+    .execute(params![sha, art.mime, art.width, art.height, art.depth, art.data])?;
     Ok(sha)
 }
 
@@ -483,7 +466,13 @@ pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i6
             "INSERT INTO track_art (track_id, position, art_sha256, picture_type, description) \
              VALUES (?1, ?2, ?3, ?4, ?5)",
         )?
-        .execute(params![id, position as i64, sha, pic.picture_type, pic.description])?;
+        .execute(params![
+            id,
+            position as i64,
+            sha,
+            pic.picture_type,
+            pic.description
+        ])?;
     }
     for (position, (block_type, data)) in t.flac_blocks.iter().enumerate() {
         tx.prepare_cached(
@@ -569,10 +558,7 @@ pub fn set_tag(tx: &Transaction<'_>, id: i64, key: &str, values: &[String]) -> R
 
 /// Appends values to `key`.
 pub fn add_tag(tx: &Transaction<'_>, id: i64, key: &str, values: &[String]) -> Result<()> {
-    let pairs: Vec<(String, String)> = values
-        .iter()
-        .map(|v| (key.to_string(), v.clone()))
-        .collect();
+    let pairs: Vec<(String, String)> = values.iter().map(|v| (key.to_string(), v.clone())).collect();
     insert_tags(tx, id, &pairs)
 }
 

@@ -9,16 +9,26 @@ fn track(path: &str) -> ScannedTrack {
         format: Format::Flac,
         audio_offset: 10,
         audio_length: 90,
-        stamps: Stamps { size: 100, mtime_ns: 1, ctime_ns: 1 },
+        stamps: Stamps {
+            size: 100,
+            mtime_ns: 1,
+            ctime_ns: 1,
+        },
         fingerprint: None,
-        tags: vec![("title".into(), "T".into()), ("artist".into(), "A".into()), ("artist".into(), "B".into())],
+        tags: vec![
+            ("title".into(), "T".into()),
+            ("artist".into(), "A".into()),
+            ("artist".into(), "B".into()),
+        ],
         pictures: vec![],
         flac_blocks: vec![(0, vec![0; 34])],
     }
 }
 
 fn changes(db: &Store) -> i64 {
-    db.conn().query_row("SELECT count(*) FROM changes", [], |r| r.get(0)).unwrap()
+    db.conn()
+        .query_row("SELECT count(*) FROM changes", [], |r| r.get(0))
+        .unwrap()
 }
 
 #[test]
@@ -33,21 +43,39 @@ fn edits_bump_version_and_append_to_the_change_log() {
     let c0 = changes(&db);
 
     // A raw SQL edit, as an external tool would make it.
-    db.conn().execute("UPDATE tags SET value = 'New' WHERE track_id = ?1 AND key = 'title'", [id]).unwrap();
+    db.conn()
+        .execute(
+            "UPDATE tags SET value = 'New' WHERE track_id = ?1 AND key = 'title'",
+            [id],
+        )
+        .unwrap();
     assert!(db.track(id).unwrap().unwrap().content_version > v0);
     assert_eq!(changes(&db), c0 + 1);
 
     let tx = db.write().unwrap();
-    let art = NewArt { mime: "image/png".into(), width: 1, height: 1, depth: 24, data: vec![1, 2, 3] };
+    let art = NewArt {
+        mime: "image/png".into(),
+        width: 1,
+        height: 1,
+        depth: 24,
+        data: vec![1, 2, 3],
+    };
     let sha = store::set_art(&tx, id, &art, 3).unwrap();
     // Same bytes for another type: deduplicated by content.
     assert_eq!(store::set_art(&tx, id, &art, 4).unwrap(), sha);
     tx.commit().unwrap();
-    let n: i64 = db.conn().query_row("SELECT count(*) FROM art", [], |r| r.get(0)).unwrap();
+    let n: i64 = db
+        .conn()
+        .query_row("SELECT count(*) FROM art", [], |r| r.get(0))
+        .unwrap();
     assert_eq!(n, 1);
     assert_eq!(db.art_links(id).unwrap().len(), 2);
     let mut buf = [0u8; 2];
-    assert_eq!(db.read_art(db.art_links(id).unwrap()[0].art_rowid, 1, &mut buf).unwrap(), 2);
+    assert_eq!(
+        db.read_art(db.art_links(id).unwrap()[0].art_rowid, 1, &mut buf)
+            .unwrap(),
+        2
+    );
     assert_eq!(buf, [2, 3]);
 }
 
@@ -76,7 +104,11 @@ fn check_constraints_reject_malformed_rows() {
 fn newer_store_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.db");
-    Store::open(&path).unwrap().conn().pragma_update(None, "user_version", 99).unwrap();
+    Store::open(&path)
+        .unwrap()
+        .conn()
+        .pragma_update(None, "user_version", 99)
+        .unwrap();
     match Store::open(&path) {
         Err(e @ StoreError::TooNew { .. }) => assert!(e.to_string().contains("upgrade retagfs")),
         other => panic!("expected TooNew, got {:?}", other.err()),
@@ -87,6 +119,9 @@ fn newer_store_is_refused() {
 fn foreign_database_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("other.db");
-    rusqlite::Connection::open(&path).unwrap().execute("CREATE TABLE x (y)", []).unwrap();
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute("CREATE TABLE x (y)", [])
+        .unwrap();
     assert!(matches!(Store::open(&path), Err(StoreError::NotAStore { .. })));
 }

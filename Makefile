@@ -1,0 +1,51 @@
+# retagfs: `make demo` and `make test` work on a fresh Debian machine; they
+# install what is missing (apt packages need root or sudo).
+
+SHELL := /bin/bash
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PACKAGES := fuse3 pkg-config ffmpeg flac lame vorbis-tools opus-tools sox python3-pip
+CARGO := $(shell command -v cargo || echo $$HOME/.cargo/bin/cargo)
+BIN := target/release/retagfs
+
+.PHONY: all deps build test lint unit e2e demo fixtures clean
+
+all: build
+
+deps:
+	@missing=""; \
+	for c in fusermount3:fuse3 pkg-config:pkg-config ffmpeg:ffmpeg flac:flac lame:lame oggenc:vorbis-tools opusenc:opus-tools sox:sox pip3:python3-pip; do \
+	  command -v $${c%%:*} >/dev/null || missing="$$missing $${c##*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+	@python3 -c 'import mutagen, pytest' 2>/dev/null || \
+	  python3 -m pip install -q mutagen pytest 2>/dev/null || \
+	  python3 -m pip install -q --break-system-packages mutagen pytest
+	@command -v cargo >/dev/null || [ -x "$$HOME/.cargo/bin/cargo" ] || \
+	  (curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --component rustfmt,clippy)
+
+build: deps
+	$(CARGO) build --release --locked
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets --locked -- -D warnings
+
+unit:
+	$(CARGO) test --workspace --locked
+
+e2e: build
+	python3 -m pytest -ra tests/e2e
+
+test: deps lint unit e2e
+
+demo: build
+	bash scripts/demo.sh
+
+fixtures:
+	bash tests/fixtures/make-fixtures.sh
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,152 @@
+"""End-to-end: real FUSE mounts read by independent readers (mutagen,
+ffmpeg, flac), plus the CLI's promises (exit codes, JSON shape, EROFS)."""
+
+import errno
+import hashlib
+import json
+import os
+import subprocess
+
+import pytest
+from mutagen.flac import FLAC
+
+from conftest import run
+
+
+def export(db, *extra):
+    return json.loads(run("export", "--db", str(db), *extra).stdout)
+
+
+def pcm_sha256(path):
+    out = subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-i", str(path), "-map", "0:a",
+                          "-c:a", "pcm_f64le", "-f", "hash", "-hash", "sha256", "-"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def test_export_shape(store):
+    tracks = export(store)
+    assert len(tracks) == 8
+    for t in tracks:
+        assert set(t) == {"id", "backing_path", "path", "format", "tags", "art"}
+        assert os.path.isabs(t["backing_path"])
+        assert t["format"] in {"flac", "mp3", "mp4", "vorbis", "opus", "wav"}
+        assert all(isinstance(v, list) for v in t["tags"].values())
+        for a in t["art"]:
+            assert set(a) == {"sha256", "mime", "picture_type"}
+    flac = next(t for t in tracks if t["backing_path"].endswith("/tagged.flac"))
+    assert flac["tags"]["artist"] == ["First Artist", "Second Artist"]
+    assert flac["tags"]["tracknumber"] == ["3"] and flac["tags"]["totaltracks"] == ["12"]
+    # The same song twice (a copy in a subfolder): one gets a " (2)" suffix.
+    copies = sorted(t["path"] for t in tracks if t["tags"].get("title") == ["Fixture Song"])
+    assert copies == ["Fixture Band/Fixture Album/03 Fixture Song (2).flac",
+                      "Fixture Band/Fixture Album/03 Fixture Song.flac"]
+    assert {t["format"] for t in tracks} == {"flac", "mp3", "mp4", "vorbis", "opus", "wav"}
+
+
+def test_synthesis_flac_seen_by_mutagen_ffmpeg_and_flac(store, mount):
+    run("tag", "--db", str(store), "set", "1", "comment=set in the store")  # any edit
+    tracks = export(store)
+    m = mount(store)
+    for t in tracks:
+        served = os.path.join(m.mnt, t["path"])
+        assert os.path.getsize(served) == len(open(served, "rb").read())
+        if t["format"] != "flac":
+            assert sha256(served) == sha256(t["backing_path"])
+            continue
+        f = FLAC(served)
+        got = f.tags.as_dict() if f.tags is not None else {}
+        assert got == t["tags"], t["path"]
+        assert [hashlib.sha256(p.data).hexdigest() for p in f.pictures] == [a["sha256"] for a in t["art"]]
+        assert pcm_sha256(served) == pcm_sha256(t["backing_path"])
+        subprocess.run(["flac", "-t", "-s", served], check=True)
+    log = m.stop()
+    assert "ERROR" not in log and "panicked" not in log, log
+
+
+def test_structure_only_is_byte_identical(store, mount):
+    tracks = export(store)
+    m = mount(store, "--mode", "structure-only")
+    for t in tracks:
+        assert sha256(os.path.join(m.mnt, t["path"])) == sha256(t["backing_path"]), t["path"]
+
+
+def test_mount_is_read_only(store, mount):
+    m = mount(store)
+    path = os.path.join(m.mnt, export(store)[0]["path"])
+    for attempt in (lambda: open(path, "r+b"), lambda: open(os.path.join(m.mnt, "new.txt"), "w"),
+                    lambda: os.mkdir(os.path.join(m.mnt, "d")), lambda: os.unlink(path)):
+        with pytest.raises(OSError) as e:
+            attempt()
+        assert e.value.errno == errno.EROFS
+
+
+def test_retag_moves_the_path_after_remount(store, mount):
+    before = next(t for t in export(store) if t["backing_path"].endswith("/tagged.flac"))
+    run("tag", "--db", str(store), "set", before["backing_path"], "title=Renamed", "albumartist=New Band")
+    after = next(t for t in export(store) if t["id"] == before["id"])
+    assert after["path"] == "New Band/Fixture Album/03 Renamed.flac"
+    assert before["path"] != after["path"]
+    m = mount(store)
+    assert os.path.exists(os.path.join(m.mnt, after["path"]))
+    assert not os.path.exists(os.path.join(m.mnt, before["path"]))
+    assert FLAC(os.path.join(m.mnt, after["path"]))["title"] == ["Renamed"]
+
+
+def test_inodes_are_stable_across_remounts(store, mount):
+    path = export(store)[0]["path"]
+    m = mount(store, name="a")
+    first = (os.stat(os.path.join(m.mnt, path)).st_ino, os.stat(os.path.dirname(os.path.join(m.mnt, path))).st_ino)
+    m.stop()
+    m = mount(store, name="b")
+    second = (os.stat(os.path.join(m.mnt, path)).st_ino, os.stat(os.path.dirname(os.path.join(m.mnt, path))).st_ino)
+    assert first == second
+
+
+def test_art_set_is_served(store, mount, library):
+    run("art", "--db", str(store), "set", str(library / "untagged.flac"), str(library / "cover.png"))
+    t = next(t for t in export(store) if t["backing_path"].endswith("/untagged.flac"))
+    m = mount(store)
+    pics = FLAC(os.path.join(m.mnt, t["path"])).pictures
+    assert [p.type for p in pics] == [3]
+    assert pics[0].data == open(library / "cover.png", "rb").read()
+
+
+def test_exit_codes_and_messages(tmp_path, store, library):
+    p = run("scan", str(tmp_path / "nope"), "--db", str(tmp_path / "x.db"), check=False)
+    assert p.returncode == 1 and "does not exist" in p.stderr
+    p = run("mount", str(tmp_path), "--db", str(store), "--template", "${album", "--dry-run", check=False)
+    assert p.returncode == 2 and "never closed" in p.stderr
+    p = run("mount", str(library), "--db", str(store), check=False)
+    assert p.returncode == 1 and "not empty" in p.stderr
+    p = run("mount", str(tmp_path / "m"), "--db", str(tmp_path / "missing.db"), check=False)
+    assert p.returncode == 1 and "retagfs scan" in p.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    run("scan", str(empty), "--db", str(tmp_path / "empty.db"))
+    p = run("mount", str(empty), "--db", str(tmp_path / "empty.db"), check=False)
+    assert p.returncode == 1 and "no tracks" in p.stderr
+    p = run("scan", check=False)
+    assert p.returncode == 2
+
+
+def test_scan_summary_and_rescan(tmp_path, library):
+    db = str(tmp_path / "s.db")
+    first = json.loads(run("scan", str(library), "--db", db, "--json").stdout)
+    assert (first["added"], first["failed"]) == (8, 1)
+    assert first["failures"][0]["path"].endswith("truncated.flac")
+    again = json.loads(run("scan", str(library), "--db", db, "--json").stdout)
+    assert (again["added"], again["updated"], again["unchanged"]) == (0, 0, 8)
+
+
+def test_dry_run_prints_sample_and_counts(store, tmp_path):
+    p = run("mount", str(tmp_path / "unused"), "--db", str(store), "--dry-run",
+            "--template", "$format/${artist|filename}")
+    lines = p.stdout.splitlines()
+    assert lines[-1] == "8 files, 7 directories"
+    assert "flac/First Artist, Second Artist.flac" in lines
