@@ -96,10 +96,7 @@ type Fitting<'a> = (Cow<'a, [(String, String)]>, Vec<&'a ArtLink>);
 
 /// Tags and pictures that fit in FLAC blocks: a comment list over the
 /// 24-bit limit loses its longest values, a picture over it is left out.
-fn fitting<'a>(
-    tags: &'a [(String, String)],
-    art: &'a [ArtLink],
-) -> Fitting<'a> {
+fn fitting<'a>(tags: &'a [(String, String)], art: &'a [ArtLink]) -> Fitting<'a> {
     let mut tags = Cow::Borrowed(tags);
     while vorbis_comment::encoded_len(&tags) > MAX_BLOCK_LEN {
         let longest = (0..tags.len()).max_by_key(|&i| tags[i].1.len()).unwrap_or(0);
