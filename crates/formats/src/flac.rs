@@ -169,3 +169,53 @@ fn block_header(block_type: u8, last: bool, len: u64) -> [u8; 4] {
     let l = (len as u32).to_be_bytes();
     [block_type | if last { 0x80 } else { 0 }, l[1], l[2], l[3]]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn link(rowid: i64, len: u64, desc: String) -> ArtLink {
+        ArtLink {
+            art_rowid: rowid,
+            sha256: String::new(),
+            mime: "image/png".into(),
+            width: 1,
+            height: 1,
+            depth: 24,
+            data_len: len,
+            picture_type: 3,
+            description: desc,
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn size_without_layout_equals_layout_size(
+            tags in proptest::collection::vec(("[a-z_ ]{1,12}", ".{0,40}"), 0..12),
+            art in proptest::collection::vec((1u64..5000, ".{0,10}"), 0..3),
+            seektable in proptest::option::of(0usize..200),
+            audio in 0u64..100_000,
+        ) {
+            let mut blocks = vec![(STREAMINFO, vec![0u8; 34])];
+            if let Some(n) = seektable {
+                blocks.push((SEEKTABLE, vec![0u8; n * 18]));
+            }
+            let lens: Vec<(u8, u64)> = blocks.iter().map(|(t, b)| (*t, b.len() as u64)).collect();
+            let art: Vec<ArtLink> = art.into_iter().enumerate().map(|(i, (n, d))| link(i as i64 + 1, n, d)).collect();
+            let layout = synthesize(&blocks, &tags, &art, 4096, audio).unwrap();
+            prop_assert_eq!(layout.len(), synthesized_len(&lens, &tags, &art, audio));
+            prop_assert_eq!(layout.len(), layout.segments().iter().map(|s| s.len()).sum::<u64>());
+            // The audio is the last segment, exactly the backing range.
+            if audio > 0 {
+                prop_assert_eq!(*layout.segments().last().unwrap(), crate::Segment::Backing { offset: 4096, len: audio });
+            }
+        }
+    }
+
+    #[test]
+    fn missing_streaminfo_is_an_error() {
+        assert!(synthesize(&[], &[], &[], 0, 10).is_err());
+        assert!(synthesize(&[(SEEKTABLE, vec![])], &[], &[], 0, 10).is_err());
+    }
+}
