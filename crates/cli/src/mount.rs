@@ -49,9 +49,9 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
         );
     }
     let has_unsynthesized = store
-        .tracks()?
-        .iter()
-        .any(|t| !retagfs_formats::is_synthesized(t.format));
+        .formats()?
+        .into_iter()
+        .any(|f| !retagfs_formats::is_synthesized(f));
     drop(store);
     if !a.dry_run {
         check_mountpoint(&a.mountpoint)?;

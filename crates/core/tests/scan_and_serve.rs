@@ -42,6 +42,15 @@ fn view(mode: Mode) -> ViewConfig {
     }
 }
 
+/// The fixtures scanned into a fresh store: (library dir, store path, store).
+fn scanned() -> (tempfile::TempDir, PathBuf, Store) {
+    let dir = library();
+    let db_path = dir.path().join("store.db");
+    let mut db = Store::open(&db_path).unwrap();
+    scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
+    (dir, db_path, db)
+}
+
 fn read_all(lib: &Library, ino: u64) -> Vec<u8> {
     let file = lib.open(ino).unwrap();
     let mut out = Vec::new();
@@ -116,10 +125,7 @@ fn moved_file_keeps_its_row_and_edited_tags() {
 
 #[test]
 fn served_flac_has_store_tags_and_original_audio() {
-    let dir = library();
-    let db_path = dir.path().join("store.db");
-    let mut db = Store::open(&db_path).unwrap();
-    scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
+    let (dir, db_path, mut db) = scanned();
     let track = db
         .resolve_track(dir.path().join("tagged.flac").to_str().unwrap())
         .unwrap();
@@ -161,10 +167,7 @@ fn served_flac_has_store_tags_and_original_audio() {
 
 #[test]
 fn structure_only_serves_every_format_byte_identical() {
-    let dir = library();
-    let db_path = dir.path().join("store.db");
-    let mut db = Store::open(&db_path).unwrap();
-    scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
+    let (_dir, db_path, db) = scanned();
     let lib = Library::load(&db_path, view(Mode::StructureOnly)).unwrap();
     let tracks = db.tracks().unwrap();
     assert_eq!(tracks.len(), 7);
@@ -180,10 +183,7 @@ fn structure_only_serves_every_format_byte_identical() {
 
 #[test]
 fn changed_backing_file_is_eio_not_stale_bytes() {
-    let dir = library();
-    let db_path = dir.path().join("store.db");
-    let mut db = Store::open(&db_path).unwrap();
-    scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
+    let (dir, db_path, db) = scanned();
     let track = db
         .resolve_track(dir.path().join("tagged.flac").to_str().unwrap())
         .unwrap();

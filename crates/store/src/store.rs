@@ -164,6 +164,17 @@ impl Store {
         Ok(n as u64)
     }
 
+    /// The distinct formats of the tracks in the store.
+    pub fn formats(&self) -> Result<Vec<Format>> {
+        let mut stmt = self.conn.prepare("SELECT DISTINCT format FROM tracks")?;
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+        Ok(rows
+            .collect::<rusqlite::Result<Vec<_>>>()?
+            .iter()
+            .filter_map(|f| f.parse().ok())
+            .collect())
+    }
+
     /// Every track, ordered by id.
     pub fn tracks(&self) -> Result<Vec<TrackRow>> {
         let mut stmt = self
