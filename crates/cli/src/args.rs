@@ -104,6 +104,10 @@ pub struct MountArgs {
     /// Threads that read backing files and art.
     #[arg(long, default_value_t = 8)]
     pub io_threads: usize,
+    /// ID3v2 version of the tags served in MP3 files and WAV `id3 ` chunks:
+    /// 4 (UTF-8, the default) or 3 (UTF-16, for players that cannot read v2.4).
+    #[arg(long, value_name = "3|4", default_value_t = 4, value_parser = clap::value_parser!(u8).range(3..=4))]
+    pub id3v2_version: u8,
 }
 
 #[derive(Args)]
@@ -193,6 +197,7 @@ impl ViewArgs {
             template,
             fallbacks,
             mode,
+            synthesis: Default::default(),
         })
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use retagfs_core::{Library, Mode};
+use retagfs_formats::Id3Version;
 use retagfs_fuse::{Mount, MountConfig};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
@@ -38,7 +39,11 @@ fn check_mountpoint(p: &Path) -> anyhow::Result<()> {
 
 pub fn run(a: MountArgs) -> anyhow::Result<()> {
     let mode: Mode = a.mode.into();
-    let config = a.view.config(mode)?;
+    let mut config = a.view.config(mode)?;
+    config.synthesis.id3_version = match a.id3v2_version {
+        3 => Id3Version::V23,
+        _ => Id3Version::V24,
+    };
     let store = crate::open_existing(&a.db)?;
     let tracks = store.track_count()?;
     if tracks == 0 {
@@ -48,10 +53,12 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
             a.db.display()
         );
     }
-    let has_unsynthesized = store
+    let unsynthesized: Vec<&str> = store
         .formats()?
         .into_iter()
-        .any(|f| !retagfs_formats::is_synthesized(f));
+        .filter(|f| !retagfs_formats::is_synthesized(*f))
+        .map(|f| f.as_str())
+        .collect();
     drop(store);
     if !a.dry_run {
         check_mountpoint(&a.mountpoint)?;
@@ -65,9 +72,10 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
         println!("{} files, {} directories", tree.file_count(), tree.dir_count());
         return Ok(());
     }
-    if mode == Mode::Synthesis && has_unsynthesized {
+    if mode == Mode::Synthesis && !unsynthesized.is_empty() {
         eprintln!(
-            "note: tags are synthesized for FLAC only so far; MP3, MP4, Ogg and WAV files are served byte-identical to their backing files"
+            "note: tags are not synthesized for {} files yet; they are served byte-identical to their backing files",
+            unsynthesized.join(", ")
         );
     }
     let files = lib.tree().file_count();

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock, RwLockReadGuard};
 
 use anyhow::Context;
-use retagfs_formats::{synthesize, synthesized_len, Layout, SegmentSource, SynthesisInput};
+use retagfs_formats::{synthesize, synthesized_len, Layout, SegmentSource, SynthesisInput, SynthesisOptions};
 use retagfs_store::{ArtLink, Format, Store, TrackRow};
 
 use crate::template::{Fallbacks, Fields, Template};
@@ -30,6 +30,7 @@ pub struct ViewConfig {
     pub template: Template,
     pub fallbacks: Fallbacks,
     pub mode: Mode,
+    pub synthesis: SynthesisOptions,
 }
 
 /// A track's tags as template fields, plus computed fields:
@@ -116,7 +117,7 @@ impl Snapshot {
                     Mode::StructureOnly => t.stamps.size,
                     Mode::Synthesis => {
                         let blocks = self.flac_block_lens.get(&t.id).map_or(&[][..], Vec::as_slice);
-                        synthesized_len(t, tags, self.art(t.id), blocks)
+                        synthesized_len(t, tags, self.art(t.id), blocks, config.synthesis)
                     }
                 };
                 Placement {
@@ -277,6 +278,7 @@ impl Library {
             tags: &tags,
             art: &art,
             flac_blocks: &blocks,
+            options: self.config.synthesis,
         })
         .map_err(|e| fail(&track.backing_path, &e))?;
         Ok((track, layout))

@@ -39,6 +39,7 @@ fn view(mode: Mode) -> ViewConfig {
         template: Template::parse(DEFAULT_TEMPLATE).unwrap(),
         fallbacks: Fallbacks::standard(),
         mode,
+        synthesis: Default::default(),
     }
 }
 

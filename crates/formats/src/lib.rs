@@ -10,6 +10,7 @@ mod ape;
 mod error;
 mod flac;
 mod genres;
+mod id3_tag;
 mod id3v1;
 mod id3v2;
 pub mod keys;
@@ -26,6 +27,7 @@ mod vorbis_comment;
 mod wav;
 
 pub use error::ProbeError;
+pub use id3_tag::Id3Version;
 pub use layout::SegmentSource;
 pub use layout::{Layout, Segment};
 pub use picture::image_info;
@@ -33,4 +35,6 @@ pub use probe::{probe, Probe};
 pub use retagfs_store::Format;
 pub use sniff::sniff;
 pub use source::{ReadAt, Source};
-pub use synth::{is_synthesized, synthesize, synthesized_len, FlacBlockLen, SynthesisInput};
+pub use synth::{
+    is_synthesized, synthesize, synthesized_len, FlacBlockLen, SynthesisInput, SynthesisOptions,
+};

@@ -2,8 +2,16 @@
 
 use retagfs_store::{ArtLink, TrackRow};
 
+use crate::id3_tag::{self, Id3Version};
 use crate::layout::Layout;
 use crate::{flac, Format};
+
+/// Choices of the mount that change the served bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SynthesisOptions {
+    /// ID3v2 version of MP3 tags and WAV `id3 ` chunks.
+    pub id3_version: Id3Version,
+}
 
 /// Everything synthesis needs about one track.
 pub struct SynthesisInput<'a> {
@@ -12,6 +20,7 @@ pub struct SynthesisInput<'a> {
     pub art: &'a [ArtLink],
     /// FLAC structural blocks (type, body), empty for other formats.
     pub flac_blocks: &'a [(u8, Vec<u8>)],
+    pub options: SynthesisOptions,
 }
 
 /// (block type, body length) of a stored FLAC block.
@@ -20,7 +29,7 @@ pub type FlacBlockLen = (u8, u64);
 /// Whether this format's metadata is synthesized yet; other formats are
 /// served byte-identical to their backing file.
 pub fn is_synthesized(format: Format) -> bool {
-    format == Format::Flac
+    matches!(format, Format::Flac | Format::Mp3)
 }
 
 /// The layout of the served file. An error means the stored rows cannot
@@ -35,20 +44,31 @@ pub fn synthesize(input: &SynthesisInput<'_>) -> Result<Layout, String> {
             t.audio_offset,
             t.audio_length,
         ),
+        Format::Mp3 => {
+            let mut layout = Layout::default();
+            id3_tag::push_tag(&mut layout, input.tags, input.art, input.options.id3_version);
+            layout.push_backing(t.audio_offset, t.audio_length);
+            Ok(layout)
+        }
         _ => Ok(Layout::passthrough(t.stamps.size)),
     }
 }
 
-/// The served size, computed without building the layout (used for `stat`
-/// of every file); equals `synthesize(..).len()`.
+/// The served size, computed without reading the backing file (used for
+/// `stat` of every file); equals `synthesize(..).len()`.
 pub fn synthesized_len(
     track: &TrackRow,
     tags: &[(String, String)],
     art: &[ArtLink],
     flac_block_lens: &[FlacBlockLen],
+    options: SynthesisOptions,
 ) -> u64 {
     match track.format {
         Format::Flac => flac::synthesized_len(flac_block_lens, tags, art, track.audio_length),
+        Format::Mp3 => {
+            let mut layout = Layout::default();
+            id3_tag::push_tag(&mut layout, tags, art, options.id3_version) + track.audio_length
+        }
         _ => track.stamps.size,
     }
 }
