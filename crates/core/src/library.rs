@@ -1,7 +1,7 @@
 //! The mounted library: the tree rendered from the store, and opening a
 //! file (resolving its layout) for reads.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -10,7 +10,7 @@ use std::sync::{Mutex, RwLock, RwLockReadGuard};
 
 use anyhow::Context;
 use retagfs_formats::{synthesize, synthesized_len, Layout, SegmentSource, SynthesisInput, SynthesisOptions};
-use retagfs_store::{ArtLink, Format, Store, TrackRow};
+use retagfs_store::{ArtLink, BackingPart, Format, Store, TrackRow};
 
 use crate::template::{Fallbacks, Fields, Template};
 use crate::tree::{FileEntry, Placement, Tree};
@@ -86,6 +86,7 @@ pub struct Snapshot {
     pub tags: HashMap<i64, Vec<(String, String)>>,
     pub art: HashMap<i64, Vec<ArtLink>>,
     pub flac_block_lens: HashMap<i64, Vec<(u8, u64)>>,
+    pub parts: HashMap<i64, Vec<BackingPart>>,
 }
 
 impl Snapshot {
@@ -95,6 +96,7 @@ impl Snapshot {
             tags: store.all_tags()?,
             art: store.all_art_links()?,
             flac_block_lens: store.all_flac_block_lengths()?,
+            parts: store.all_backing_parts()?,
         })
     }
 
@@ -117,7 +119,8 @@ impl Snapshot {
                     Mode::StructureOnly => t.stamps.size,
                     Mode::Synthesis => {
                         let blocks = self.flac_block_lens.get(&t.id).map_or(&[][..], Vec::as_slice);
-                        synthesized_len(t, tags, self.art(t.id), blocks, config.synthesis)
+                        let parts = self.parts.get(&t.id).map_or(&[][..], Vec::as_slice);
+                        synthesized_len(t, tags, self.art(t.id), blocks, parts, config.synthesis)
                     }
                 };
                 Placement {
@@ -165,6 +168,8 @@ pub struct Library {
     config: ViewConfig,
     tree: RwLock<Tree>,
     pool: ConnectionPool,
+    /// Tracks whose byte-identical serving was already logged.
+    passthrough_logged: Mutex<HashSet<i64>>,
 }
 
 /// An open file: the layout resolved at open time and the backing file.
@@ -191,6 +196,7 @@ impl Library {
                 db: db.to_path_buf(),
                 idle: Mutex::new(vec![store]),
             },
+            passthrough_logged: Mutex::default(),
         })
     }
 
@@ -264,6 +270,16 @@ impl Library {
         if self.config.mode == Mode::StructureOnly {
             return Ok((track.clone(), Layout::passthrough(track.stamps.size)));
         }
+        if let Some(why) = &track.passthrough {
+            if self
+                .passthrough_logged
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(track_id)
+            {
+                tracing::warn!("{}: served byte-identical: {why}", track.backing_path);
+            }
+        }
         let tags = store.tags(track_id).map_err(|e| fail("reading tags", &e))?;
         let art = store.art_links(track_id).map_err(|e| fail("reading art", &e))?;
         let blocks = if track.format == Format::Flac {
@@ -273,11 +289,15 @@ impl Library {
         } else {
             Vec::new()
         };
+        let parts = store
+            .backing_parts(track_id)
+            .map_err(|e| fail("reading backing parts", &e))?;
         let layout = synthesize(&SynthesisInput {
             track: &track,
             tags: &tags,
             art: &art,
             flac_blocks: &blocks,
+            parts: &parts,
             options: self.config.synthesis,
         })
         .map_err(|e| fail(&track.backing_path, &e))?;

@@ -173,6 +173,8 @@ fn probe_file(job: &Job) -> Result<ScannedTrack, ProbeError> {
         tags: p.tags,
         pictures: dedup_pictures(p.pictures),
         flac_blocks: p.flac_blocks,
+        parts: p.parts,
+        passthrough: p.passthrough,
     })
 }
 

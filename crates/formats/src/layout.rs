@@ -100,6 +100,17 @@ impl Layout {
         }
     }
 
+    /// Appends all of `other`'s segments.
+    pub fn append(&mut self, other: Layout) {
+        for seg in other.segments {
+            match seg {
+                Segment::Generated { start, len } => self.push_bytes(&other.generated[start..start + len]),
+                Segment::Art { rowid, len } => self.push_art(rowid, len),
+                Segment::Backing { offset, len } => self.push_backing(offset, len),
+            }
+        }
+    }
+
     fn push(&mut self, s: Segment) {
         self.starts.push(self.len);
         self.segments.push(s);

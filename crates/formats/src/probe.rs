@@ -1,6 +1,6 @@
 //! Probing: what a backing file holds, from bounded reads.
 
-use retagfs_store::ScannedPicture;
+use retagfs_store::{BackingPart, ScannedPicture};
 
 use crate::error::{ProbeError, Result};
 use crate::source::Source;
@@ -18,6 +18,10 @@ pub struct Probe {
     pub pictures: Vec<ScannedPicture>,
     /// FLAC structural blocks kept verbatim (type, body).
     pub flac_blocks: Vec<(u8, Vec<u8>)>,
+    /// Ranges synthesis reuses or replaces (MP4, Ogg, WAV).
+    pub parts: Vec<BackingPart>,
+    /// Why the file must be served byte-identical, if it must.
+    pub passthrough: Option<String>,
 }
 
 impl Probe {
@@ -29,6 +33,8 @@ impl Probe {
             tags: Vec::new(),
             pictures: Vec::new(),
             flac_blocks: Vec::new(),
+            parts: Vec::new(),
+            passthrough: None,
         }
     }
 }

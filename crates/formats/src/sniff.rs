@@ -29,8 +29,7 @@ pub fn sniff(src: &Source<'_>) -> Result<Option<Format>> {
     }
     if head.len() >= 12 && &head[8..12] == b"WAVE" {
         return match &head[..4] {
-            b"RIFF" => Ok(Some(Format::Wav)),
-            b"RF64" | b"BW64" => Err(ProbeError::Unsupported("RF64 (over-4-GiB) WAV".into())),
+            b"RIFF" | b"RF64" | b"BW64" => Ok(Some(Format::Wav)),
             _ => Ok(None),
         };
     }

@@ -1,10 +1,10 @@
 //! Synthesis: the layout of the file served for a track's stored tags and art.
 
-use retagfs_store::{ArtLink, TrackRow};
+use retagfs_store::{ArtLink, BackingPart, TrackRow};
 
 use crate::id3_tag::{self, Id3Version};
 use crate::layout::Layout;
-use crate::{flac, Format};
+use crate::{flac, wav, Format};
 
 /// Choices of the mount that change the served bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -20,6 +20,8 @@ pub struct SynthesisInput<'a> {
     pub art: &'a [ArtLink],
     /// FLAC structural blocks (type, body), empty for other formats.
     pub flac_blocks: &'a [(u8, Vec<u8>)],
+    /// Ranges of the backing file with a role in synthesis (MP4, Ogg, WAV).
+    pub parts: &'a [BackingPart],
     pub options: SynthesisOptions,
 }
 
@@ -29,13 +31,16 @@ pub type FlacBlockLen = (u8, u64);
 /// Whether this format's metadata is synthesized yet; other formats are
 /// served byte-identical to their backing file.
 pub fn is_synthesized(format: Format) -> bool {
-    matches!(format, Format::Flac | Format::Mp3)
+    matches!(format, Format::Flac | Format::Mp3 | Format::Wav)
 }
 
 /// The layout of the served file. An error means the stored rows cannot
 /// describe a valid file (the caller reports it and serves EIO).
 pub fn synthesize(input: &SynthesisInput<'_>) -> Result<Layout, String> {
     let t = input.track;
+    if t.passthrough.is_some() {
+        return Ok(Layout::passthrough(t.stamps.size));
+    }
     match t.format {
         Format::Flac => flac::synthesize(
             input.flac_blocks,
@@ -50,25 +55,40 @@ pub fn synthesize(input: &SynthesisInput<'_>) -> Result<Layout, String> {
             layout.push_backing(t.audio_offset, t.audio_length);
             Ok(layout)
         }
+        Format::Wav => wav::synthesize(
+            input.parts,
+            input.tags,
+            input.art,
+            input.options.id3_version,
+            t.stamps.size,
+        ),
         _ => Ok(Layout::passthrough(t.stamps.size)),
     }
 }
 
 /// The served size, computed without reading the backing file (used for
-/// `stat` of every file); equals `synthesize(..).len()`.
+/// `stat` of every file); equals `synthesize(..).len()`. Rows that cannot
+/// describe a file give the backing size (opening it then fails).
 pub fn synthesized_len(
     track: &TrackRow,
     tags: &[(String, String)],
     art: &[ArtLink],
     flac_block_lens: &[FlacBlockLen],
+    parts: &[BackingPart],
     options: SynthesisOptions,
 ) -> u64 {
     match track.format {
-        Format::Flac => flac::synthesized_len(flac_block_lens, tags, art, track.audio_length),
-        Format::Mp3 => {
-            let mut layout = Layout::default();
-            id3_tag::push_tag(&mut layout, tags, art, options.id3_version) + track.audio_length
+        Format::Flac if track.passthrough.is_none() => {
+            flac::synthesized_len(flac_block_lens, tags, art, track.audio_length)
         }
-        _ => track.stamps.size,
+        _ => synthesize(&SynthesisInput {
+            track,
+            tags,
+            art,
+            flac_blocks: &[],
+            parts,
+            options,
+        })
+        .map_or(track.stamps.size, |l| l.len()),
     }
 }

@@ -1,18 +1,33 @@
 //! WAV: walk the RIFF chunks; tags come from an `id3 ` chunk and from
-//! `LIST/INFO`, the audio is the `data` chunk.
+//! `LIST/INFO`, the audio is the `data` chunk. Served: the RIFF header with
+//! the new size, the original non-tag chunks, a fresh `LIST/INFO` and `id3 `
+//! chunk just before `data`, then the original `data` bytes.
+
+use retagfs_store::{ArtLink, BackingPart, PartKind};
 
 use crate::error::{malformed, ProbeError, Result};
+use crate::id3_tag::{self, Id3Version};
 use crate::id3v2;
 use crate::keys::{self, merge_missing, TagList};
+use crate::layout::Layout;
 use crate::probe::Probe;
 use crate::source::{le_u32, Source};
 use crate::Format;
 
+/// The RIFF size field counts everything after its own 8 bytes.
+const MAX_RIFF_LEN: u64 = u32::MAX as u64 + 8;
+
 pub fn probe(src: &Source<'_>) -> Result<Probe> {
     let mut probe = Probe::new(Format::Wav);
+    if src.read(0, 4, "RIFF header")? != b"RIFF" {
+        // RF64/BW64 keep their sizes in a ds64 chunk: served as they are.
+        probe.passthrough = Some("RF64 (over-4-GiB) WAV".into());
+        probe.audio_length = src.size();
+        return Ok(probe);
+    }
     let mut id3_tags = TagList::new();
     let mut info_tags = Vec::new();
-    let mut data = None;
+    let mut saw_data = false;
     let mut saw_fmt = false;
     let mut pos = 12u64;
     while pos + 8 <= src.size() {
@@ -20,33 +35,49 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
         let id = [h[0], h[1], h[2], h[3]];
         let len = u64::from(le_u32(&h[4..]));
         let body_at = pos + 8;
+        let mut kept = true;
         match &id {
             b"fmt " => saw_fmt = true,
-            b"data" => {
+            b"data" if !saw_data => {
                 // Writers that stream sometimes leave the size too large.
                 let len = len.min(src.size() - body_at);
-                data = Some((body_at, len));
+                probe.parts.push(BackingPart::new(PartKind::Data, body_at, len));
+                probe.audio_offset = body_at;
+                probe.audio_length = len;
+                saw_data = true;
+                kept = false;
             }
             b"LIST" if len >= 4 && src.read(body_at, 4, "LIST type")? == b"INFO" => {
                 let body = src.read(body_at + 4, len - 4, "LIST/INFO chunk")?;
                 info_tags = parse_info(&body);
+                kept = false;
             }
             b"id3 " | b"ID3 " => {
                 let body = src.read(body_at, len, "id3 chunk")?;
                 id3v2::read_tag_bytes(&body, &mut id3_tags, &mut probe.pictures);
+                kept = false;
             }
             _ => {}
+        }
+        if kept {
+            if body_at + len > src.size() {
+                return Err(ProbeError::Truncated(format!(
+                    "chunk {:?} at offset {pos} runs past the end of the file",
+                    String::from_utf8_lossy(&id)
+                )));
+            }
+            probe.parts.push(BackingPart::new(PartKind::Chunk, pos, 8 + len));
         }
         pos = body_at + len + (len & 1);
     }
     if !saw_fmt {
         return malformed("no fmt chunk");
     }
-    let (offset, len) = data.ok_or_else(|| ProbeError::Malformed("no data chunk".into()))?;
+    if !saw_data {
+        return malformed("no data chunk");
+    }
     probe.tags = id3_tags.finish();
     merge_missing(&mut probe.tags, info_tags);
-    probe.audio_offset = offset;
-    probe.audio_length = len;
     Ok(probe)
 }
 
@@ -76,5 +107,92 @@ fn decode_text(b: &[u8]) -> String {
     match std::str::from_utf8(b) {
         Ok(s) => s.to_string(),
         Err(_) => b.iter().map(|&c| c as char).collect(),
+    }
+}
+
+/// The served file: see the module comment. A result the RIFF size field
+/// cannot describe is served as the original file.
+pub fn synthesize(
+    parts: &[BackingPart],
+    tags: &[(String, String)],
+    art: &[ArtLink],
+    id3_version: Id3Version,
+    file_size: u64,
+) -> std::result::Result<Layout, String> {
+    if !parts.iter().any(|p| p.kind == PartKind::Data) {
+        return Err("the store has no data chunk for this WAV track".into());
+    }
+    let mut body = Layout::default();
+    body.push_bytes(b"WAVE");
+    for part in parts {
+        match part.kind {
+            PartKind::Chunk => body.push_backing(part.offset, part.length),
+            PartKind::Data => {
+                push_info_chunk(&mut body, tags);
+                push_id3_chunk(&mut body, tags, art, id3_version);
+                body.push_bytes(b"data");
+                body.push_bytes(&(part.length as u32).to_le_bytes());
+                body.push_backing(part.offset, part.length);
+            }
+            _ => return Err(format!("unexpected {} part in a WAV track", part.kind.as_str())),
+        }
+        if part.length & 1 == 1 {
+            body.push_bytes(&[0]);
+        }
+    }
+    if body.len() + 8 > MAX_RIFF_LEN {
+        return Ok(Layout::passthrough(file_size));
+    }
+    let mut layout = Layout::default();
+    layout.push_bytes(b"RIFF");
+    layout.push_bytes(&(body.len() as u32).to_le_bytes());
+    layout.append(body);
+    Ok(layout)
+}
+
+/// `LIST/INFO` with the fields INFO has ids for; several values of a key
+/// are joined with "; " (INFO has one value per id).
+fn push_info_chunk(layout: &mut Layout, tags: &[(String, String)]) {
+    let mut fields: Vec<(&str, String)> = Vec::new();
+    for (key, value) in tags {
+        let Some(id) = keys::mapping(key).and_then(|m| m.info) else {
+            continue;
+        };
+        let value = value.replace('\0', "");
+        match fields.iter_mut().find(|(i, _)| *i == id) {
+            Some((_, v)) => {
+                v.push_str("; ");
+                v.push_str(&value);
+            }
+            None => fields.push((id, value)),
+        }
+    }
+    if fields.is_empty() {
+        return;
+    }
+    let mut list = b"INFO".to_vec();
+    for (id, value) in fields {
+        let len = value.len() + 1;
+        list.extend_from_slice(id.as_bytes());
+        list.extend_from_slice(&(len as u32).to_le_bytes());
+        list.extend_from_slice(value.as_bytes());
+        list.push(0);
+        if len & 1 == 1 {
+            list.push(0);
+        }
+    }
+    layout.push_bytes(b"LIST");
+    layout.push_bytes(&(list.len() as u32).to_le_bytes());
+    layout.push_bytes(&list);
+}
+
+fn push_id3_chunk(layout: &mut Layout, tags: &[(String, String)], art: &[ArtLink], version: Id3Version) {
+    let mut tag = Layout::default();
+    let len = id3_tag::push_tag(&mut tag, tags, art, version);
+    layout.push_bytes(b"id3 ");
+    layout.push_bytes(&(len as u32).to_le_bytes());
+    layout.append(tag);
+    if len & 1 == 1 {
+        layout.push_bytes(&[0]);
     }
 }

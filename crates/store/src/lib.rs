@@ -10,7 +10,9 @@
 mod model;
 mod store;
 
-pub use model::{ArtLink, Format, NewArt, ScannedPicture, ScannedTrack, Stamps, TrackRow};
+pub use model::{
+    ArtLink, BackingPart, Format, NewArt, PartKind, ScannedPicture, ScannedTrack, Stamps, TrackRow,
+};
 pub use store::{
     add_tag, delete_orphan_art, insert_art, move_track, record_failure, remove_art, remove_failure,
     remove_track, set_art, set_tag, sha256_hex, write_scanned, Result, Store, StoreError, SCHEMA_VERSION,

@@ -83,6 +83,8 @@ pub struct TrackRow {
     pub audio_length: u64,
     pub stamps: Stamps,
     pub content_version: i64,
+    /// Why the file is served byte-identical in synthesis mode, if it is.
+    pub passthrough: Option<String>,
 }
 
 /// An image to store, addressed by the sha256 of its bytes.
@@ -117,6 +119,74 @@ pub struct ScannedTrack {
     pub pictures: Vec<ScannedPicture>,
     /// FLAC structural blocks kept verbatim: (block type, body).
     pub flac_blocks: Vec<(u8, Vec<u8>)>,
+    /// Ranges of the file that synthesis reuses or replaces (MP4, Ogg, WAV).
+    pub parts: Vec<BackingPart>,
+    /// Why the file will be served byte-identical, if it will.
+    pub passthrough: Option<String>,
+}
+
+/// What a [`BackingPart`] is; its meaning depends on the format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PartKind {
+    /// WAV: a chunk kept as is (header and body, without the pad byte).
+    Chunk,
+    /// WAV: the `data` chunk's body (where the audio goes among the chunks).
+    Data,
+    /// Ogg: the first page (identification header), kept as is.
+    Page,
+    /// Ogg: a piece of a header packet kept as is (the Vorbis setup header),
+    /// one per page it spans.
+    Packet,
+    /// MP4: a top-level atom kept as is.
+    Atom,
+    /// MP4: the `moov` atom, rebuilt around a new `ilst`.
+    Moov,
+    /// MP4: the `ilst` atom inside `moov/udta/meta` that is replaced.
+    Ilst,
+    /// MP4: where an `ilst` goes in a `udta` that has no `meta` (length 0).
+    IlstInNewMeta,
+    /// MP4: where an `ilst` goes in a `moov` that has no `udta` (length 0).
+    IlstInNewUdta,
+}
+
+const PART_KINDS: [(PartKind, &str); 9] = [
+    (PartKind::Chunk, "chunk"),
+    (PartKind::Data, "data"),
+    (PartKind::Page, "page"),
+    (PartKind::Packet, "packet"),
+    (PartKind::Atom, "atom"),
+    (PartKind::Moov, "moov"),
+    (PartKind::Ilst, "ilst"),
+    (PartKind::IlstInNewMeta, "ilst_in_new_meta"),
+    (PartKind::IlstInNewUdta, "ilst_in_new_udta"),
+];
+
+impl PartKind {
+    pub fn as_str(self) -> &'static str {
+        PART_KINDS.iter().find(|(k, _)| *k == self).map_or("", |(_, s)| s)
+    }
+
+    pub fn parse(s: &str) -> Option<PartKind> {
+        PART_KINDS.iter().find(|(_, n)| *n == s).map(|(k, _)| *k)
+    }
+}
+
+/// A byte range of a backing file with a role in synthesis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackingPart {
+    pub kind: PartKind,
+    pub offset: u64,
+    pub length: u64,
+}
+
+impl BackingPart {
+    pub fn new(kind: PartKind, offset: u64, length: u64) -> BackingPart {
+        BackingPart { kind, offset, length }
+    }
+
+    pub fn end(&self) -> u64 {
+        self.offset + self.length
+    }
 }
 
 /// A picture linked to a track, without its bytes (those are streamed from

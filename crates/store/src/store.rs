@@ -7,13 +7,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
 use sha2::{Digest, Sha256};
 
-use crate::model::{ArtLink, Format, NewArt, ScannedTrack, Stamps, TrackRow};
+use crate::model::{ArtLink, BackingPart, Format, NewArt, PartKind, ScannedTrack, Stamps, TrackRow};
 
 /// Schema version this binary writes, kept in `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Migrations, index i upgrades a store from version i to i + 1.
-const MIGRATIONS: &[&str] = &[include_str!("schema.sql")];
+const MIGRATIONS: &[&str] = &[include_str!("schema.sql"), include_str!("schema_v2.sql")];
+
+/// `passthrough` of tracks that schema version 2 found without the
+/// structure it needs (written by `schema_v2.sql`).
+const REPROBE: &str = "scanned before retagfs synthesized this format: run `retagfs scan` again";
 
 /// How long a writer waits for another writer before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -211,9 +215,12 @@ impl Store {
 
     /// Stat stamps of every track by backing path, for re-scan skipping.
     pub fn stamps_by_path(&self) -> Result<HashMap<String, (i64, Stamps)>> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT backing_path, id, file_size, mtime_ns, ctime_ns FROM tracks")?;
+        let mut stmt = self.conn.prepare(&format!(
+            // A track the migration to version 2 left without structure
+            // reports impossible stamps, so the next scan re-probes it.
+            "SELECT backing_path, id, file_size, \
+                 CASE WHEN passthrough = '{REPROBE}' THEN -1 ELSE mtime_ns END, ctime_ns FROM tracks"
+        ))?;
         let rows = stmt.query_map([], |r| {
             Ok((
                 r.get::<_, String>(0)?,
@@ -327,6 +334,29 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// The backing parts of a track, in file order.
+    pub fn backing_parts(&self, track_id: i64) -> Result<Vec<BackingPart>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT track_id, kind, offset, length FROM backing_parts WHERE track_id = ?1 ORDER BY position",
+        )?;
+        let rows = stmt.query_map([track_id], |r| part_from_row(r).map(|(_, p)| p))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The backing parts of every track, for computing sizes.
+    pub fn all_backing_parts(&self) -> Result<HashMap<i64, Vec<BackingPart>>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT track_id, kind, offset, length FROM backing_parts ORDER BY track_id, position",
+        )?;
+        let mut out: HashMap<i64, Vec<BackingPart>> = HashMap::new();
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            let (id, part) = part_from_row(r)?;
+            out.entry(id).or_default().push(part);
+        }
+        Ok(out)
+    }
+
     /// Total length of the FLAC structural blocks of every track, so sizes
     /// can be computed without loading the blocks themselves.
     pub fn all_flac_block_lengths(&self) -> Result<HashMap<i64, Vec<(u8, u64)>>> {
@@ -371,7 +401,7 @@ impl Store {
 }
 
 const TRACK_COLUMNS: &str = "id, backing_path, format, audio_offset, audio_length, \
-                             file_size, mtime_ns, ctime_ns, content_version";
+                             file_size, mtime_ns, ctime_ns, content_version, passthrough";
 
 fn track_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackRow> {
     let format: String = r.get(2)?;
@@ -390,7 +420,22 @@ fn track_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackRow> {
             ctime_ns: r.get(7)?,
         },
         content_version: r.get(8)?,
+        passthrough: r.get(9)?,
     })
+}
+
+fn part_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, BackingPart)> {
+    let kind: String = r.get(1)?;
+    let kind = PartKind::parse(&kind).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            1,
+            rusqlite::types::Type::Text,
+            format!("unknown part kind {kind:?}").into(),
+        )
+    })?;
+    let offset: i64 = r.get(2)?;
+    let length: i64 = r.get(3)?;
+    Ok((r.get(0)?, BackingPart::new(kind, offset as u64, length as u64)))
 }
 
 const ART_LINK_SELECT: &str = "SELECT l.track_id, a.rowid, a.sha256, a.mime, a.width, a.height, \
@@ -431,8 +476,8 @@ pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i6
         Some(id) => {
             tx.prepare_cached(
                 "UPDATE tracks SET format = ?2, audio_offset = ?3, audio_length = ?4, \
-                 file_size = ?5, mtime_ns = ?6, ctime_ns = ?7, fingerprint = ?8, scanned_at = ?9 \
-                 WHERE id = ?1",
+                 file_size = ?5, mtime_ns = ?6, ctime_ns = ?7, fingerprint = ?8, scanned_at = ?9, \
+                 passthrough = ?10 WHERE id = ?1",
             )?
             .execute(params![
                 id,
@@ -444,8 +489,9 @@ pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i6
                 t.stamps.ctime_ns,
                 t.fingerprint.as_ref().map(|f| &f[..]),
                 now_secs(),
+                t.passthrough,
             ])?;
-            for table in ["tags", "track_art", "flac_blocks"] {
+            for table in ["tags", "track_art", "flac_blocks", "backing_parts"] {
                 tx.execute(&format!("DELETE FROM {table} WHERE track_id = ?1"), [id])?;
             }
             id
@@ -453,8 +499,8 @@ pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i6
         None => {
             tx.prepare_cached(
                 "INSERT INTO tracks (backing_path, format, audio_offset, audio_length, \
-                 file_size, mtime_ns, ctime_ns, fingerprint, scanned_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                 file_size, mtime_ns, ctime_ns, fingerprint, scanned_at, passthrough) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             )?
             .execute(params![
                 t.backing_path,
@@ -466,6 +512,7 @@ pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i6
                 t.stamps.ctime_ns,
                 t.fingerprint.as_ref().map(|f| &f[..]),
                 now_secs(),
+                t.passthrough,
             ])?;
             tx.last_insert_rowid()
         }
@@ -490,6 +537,18 @@ pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i6
             "INSERT INTO flac_blocks (track_id, position, block_type, data) VALUES (?1, ?2, ?3, ?4)",
         )?
         .execute(params![id, position as i64, block_type, data])?;
+    }
+    for (position, part) in t.parts.iter().enumerate() {
+        tx.prepare_cached(
+            "INSERT INTO backing_parts (track_id, position, kind, offset, length) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![
+            id,
+            position as i64,
+            part.kind.as_str(),
+            part.offset as i64,
+            part.length as i64
+        ])?;
     }
     tx.prepare_cached("DELETE FROM scan_failures WHERE path = ?1")?
         .execute([&t.backing_path])?;

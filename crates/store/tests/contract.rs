@@ -1,7 +1,9 @@
 //! The store's contract: triggers version and log every edit, CHECK
 //! constraints reject malformed rows, newer stores are refused.
 
-use retagfs_store::{self as store, Format, NewArt, ScannedTrack, Stamps, Store, StoreError};
+use retagfs_store::{
+    self as store, BackingPart, Format, NewArt, PartKind, ScannedTrack, Stamps, Store, StoreError,
+};
 
 fn track(path: &str) -> ScannedTrack {
     ScannedTrack {
@@ -22,6 +24,8 @@ fn track(path: &str) -> ScannedTrack {
         ],
         pictures: vec![],
         flac_blocks: vec![(0, vec![0; 34])],
+        parts: vec![],
+        passthrough: None,
     }
 }
 
@@ -124,4 +128,57 @@ fn foreign_database_is_refused() {
         .execute("CREATE TABLE x (y)", [])
         .unwrap();
     assert!(matches!(Store::open(&path), Err(StoreError::NotAStore { .. })));
+}
+
+#[test]
+fn backing_parts_and_passthrough_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut db = Store::open(&dir.path().join("s.db")).unwrap();
+    let mut t = track("/m/a.wav");
+    t.format = Format::Wav;
+    t.flac_blocks.clear();
+    t.parts = vec![
+        BackingPart::new(PartKind::Chunk, 12, 24),
+        BackingPart::new(PartKind::Data, 44, 56),
+    ];
+    t.passthrough = Some("why".into());
+    let tx = db.write().unwrap();
+    let id = store::write_scanned(&tx, &t, None).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(db.backing_parts(id).unwrap(), t.parts);
+    assert_eq!(db.all_backing_parts().unwrap()[&id], t.parts);
+    assert_eq!(db.track(id).unwrap().unwrap().passthrough.as_deref(), Some("why"));
+}
+
+#[test]
+fn version_1_store_is_migrated_and_its_unstructured_tracks_pass_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(include_str!("../src/schema.sql")).unwrap();
+        conn.execute_batch(
+            "PRAGMA user_version = 1;
+             INSERT INTO tracks (backing_path, format, audio_offset, audio_length, file_size,
+                                 mtime_ns, ctime_ns, scanned_at)
+             VALUES ('/m/a.wav', 'wav', 44, 56, 100, 1, 1, 0), ('/m/b.mp3', 'mp3', 0, 100, 100, 1, 1, 0);",
+        )
+        .unwrap();
+    }
+    let db = Store::open(&path).unwrap();
+    let tracks = db.tracks().unwrap();
+    let reason = |p: &str| {
+        tracks
+            .iter()
+            .find(|t| t.backing_path == p)
+            .unwrap()
+            .passthrough
+            .clone()
+    };
+    assert!(reason("/m/a.wav").unwrap().contains("retagfs scan"));
+    assert_eq!(reason("/m/b.mp3"), None);
+    // The next scan sees the structureless track as changed.
+    let stamps = db.stamps_by_path().unwrap();
+    assert_eq!(stamps["/m/a.wav"].1.mtime_ns, -1);
+    assert_eq!(stamps["/m/b.mp3"].1.mtime_ns, 1);
 }
