@@ -11,7 +11,7 @@ import pytest
 from mutagen.flac import FLAC
 
 import views
-from conftest import run
+from conftest import FIXTURES, run
 
 
 def export(db, *extra):
@@ -51,13 +51,14 @@ def test_export_shape(store):
 
 
 # Formats whose tags are synthesized; the others are served byte-identical.
-SYNTHESIZED = {"flac", "mp3", "wav"}
+SYNTHESIZED = {"flac", "mp3", "wav", "vorbis", "opus"}
 
 
 def test_synthesis_seen_by_mutagen_and_ffmpeg(store, mount):
-    # A bulk retag with non-ASCII text, as users do before mounting.
+    # A bulk retag with non-ASCII text and new art, as users do before mounting.
     for t in export(store):
         run("tag", "--db", str(store), "set", str(t["id"]), f"title=Ünïcødé ☃ {t['id']}")
+        run("art", "--db", str(store), "set", "--type", "back", str(t["id"]), os.path.join(FIXTURES, "cover.png"))
     tracks = export(store)
     m = mount(store)
     for t in tracks:

@@ -18,6 +18,7 @@ mod layout;
 mod mp3;
 mod mp4;
 mod ogg;
+mod ogg_pages;
 mod picture;
 mod probe;
 mod sniff;

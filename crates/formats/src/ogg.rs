@@ -2,7 +2,14 @@
 //! span pages and share a page with the setup header), find where the
 //! audio pages start.
 
+use std::sync::Arc;
+
+use retagfs_store::{ArtLink, BackingPart, PartKind};
+
 use crate::error::{malformed, ProbeError, Result};
+use crate::layout::Layout;
+use crate::ogg_pages::{self, AudioPages, Base64, HeaderPage, MAX_PAGE_LEN};
+use crate::picture::flac_picture_header;
 use crate::probe::Probe;
 use crate::source::{le_u32, Source, MAX_READ};
 use crate::{vorbis_comment, Format};
@@ -64,6 +71,10 @@ pub fn first_packet_kind(src: &Source<'_>) -> Result<Option<Format>> {
 pub fn probe(src: &Source<'_>, format: Format) -> Result<Probe> {
     let header_packets = if format == Format::Vorbis { 3 } else { 2 };
     let mut packets: Vec<Vec<u8>> = vec![Vec::new()];
+    // Where each header packet's bytes lie in the file, page by page.
+    let mut pieces: Vec<Vec<BackingPart>> = vec![Vec::new()];
+    let mut header_pages = Vec::new();
+    let mut passthrough = None;
     let mut pos = 0u64;
     let mut serial = None;
     let mut total = 0u64;
@@ -74,13 +85,14 @@ pub fn probe(src: &Source<'_>, format: Format) -> Result<Probe> {
         match serial {
             None => serial = Some(page.serial),
             Some(s) if s != page.serial => {
-                return Err(ProbeError::Unsupported(
-                    "multiplexed Ogg stream (several logical streams)".into(),
-                ))
+                passthrough = Some("multiplexed Ogg stream (several logical streams)".to_string());
+                pos = page.end();
+                continue;
             }
             Some(_) if page.bos => return malformed("second beginning-of-stream page"),
             Some(_) => {}
         }
+        header_pages.push(BackingPart::new(PartKind::Page, pos, page.end() - pos));
         total += page.body_len();
         if total > MAX_READ {
             return malformed("Ogg header packets larger than the read limit");
@@ -91,9 +103,21 @@ pub fn probe(src: &Source<'_>, format: Format) -> Result<Probe> {
         for (i, &l) in page.lacing.iter().enumerate() {
             let current = packets.last_mut().expect("never empty");
             current.extend_from_slice(&body[at..at + l as usize]);
+            let piece = pieces.last_mut().expect("never empty");
+            match piece.last_mut() {
+                Some(p) if p.end() == page.body_at + at as u64 => p.length += u64::from(l),
+                _ => piece.push(BackingPart::new(
+                    PartKind::Packet,
+                    page.body_at + at as u64,
+                    u64::from(l),
+                )),
+            }
             at += l as usize;
             if l == 255 {
                 continue;
+            }
+            if packets.len() == 1 && (pos != 0 || i + 1 != page.lacing.len()) {
+                passthrough.get_or_insert("the first page holds more than the identification header".into());
             }
             if packets.len() == header_packets {
                 if i + 1 != page.lacing.len() {
@@ -103,6 +127,7 @@ pub fn probe(src: &Source<'_>, format: Format) -> Result<Probe> {
                 break;
             }
             packets.push(Vec::new());
+            pieces.push(Vec::new());
         }
         pos = page.end();
         if complete {
@@ -122,5 +147,135 @@ pub fn probe(src: &Source<'_>, format: Format) -> Result<Probe> {
     probe.pictures = comments.pictures;
     probe.audio_offset = audio_offset;
     probe.audio_length = src.size() - audio_offset;
+    let serial = serial.unwrap_or_default();
+    probe.passthrough = passthrough.or(audio_pages_problem(
+        src,
+        audio_offset,
+        header_pages.len(),
+        serial,
+    )?);
+    probe.parts = header_pages;
+    if format == Format::Vorbis {
+        probe.parts.extend(pieces.swap_remove(2));
+    }
     Ok(probe)
+}
+
+/// Why the audio pages cannot be renumbered, if they cannot: the first
+/// one must continue the header pages' sequence, the last one must belong
+/// to the same stream (else the file is a chain of streams).
+fn audio_pages_problem(
+    src: &Source<'_>,
+    audio_offset: u64,
+    header_pages: usize,
+    serial: u32,
+) -> Result<Option<String>> {
+    if audio_offset == src.size() {
+        return Ok(None);
+    }
+    let first = src.read(audio_offset, PAGE_HEADER_LEN, "first audio page")?;
+    if &first[..4] != b"OggS" || le_u32(&first[14..]) != serial {
+        return Ok(Some("the audio does not start with a page of the stream".into()));
+    }
+    if le_u32(&first[18..]) as usize != header_pages {
+        return Ok(Some(
+            "page sequence numbers do not follow the header pages".into(),
+        ));
+    }
+    let tail_from = src.size().saturating_sub(MAX_PAGE_LEN as u64).max(audio_offset);
+    let tail = src.read(tail_from, src.size() - tail_from, "last Ogg pages")?;
+    let last = (0..tail.len().saturating_sub(PAGE_HEADER_LEN as usize))
+        .rev()
+        .find(|&i| ogg_pages::page_len_at(&tail, i) == Some(tail.len() - i));
+    Ok(match last {
+        None => Some("the file does not end with a complete Ogg page".into()),
+        Some(i) if le_u32(&tail[i + 14..]) != serial => {
+            Some("chained Ogg stream (several streams in a row)".into())
+        }
+        Some(_) => None,
+    })
+}
+
+/// New header pages carrying the store's comments and pictures (after the
+/// original identification page), then the original audio pages renumbered.
+pub fn synthesize(
+    format: Format,
+    parts: &[BackingPart],
+    tags: &[(String, String)],
+    art: &[ArtLink],
+    audio_offset: u64,
+    audio_length: u64,
+) -> std::result::Result<Layout, String> {
+    let pages: Vec<&BackingPart> = parts.iter().filter(|p| p.kind == PartKind::Page).collect();
+    let Some(first) = pages.first() else {
+        return Err("the store has no header pages for this Ogg track".into());
+    };
+    let setup: Vec<&BackingPart> = parts.iter().filter(|p| p.kind == PartKind::Packet).collect();
+    if (format == Format::Vorbis) == setup.is_empty() {
+        return Err("the store's Vorbis setup header does not match the format".into());
+    }
+    let mut stream = Layout::default();
+    let comment_len = push_comment_packet(&mut stream, format, tags, art);
+    let mut packet_lens = vec![comment_len];
+    if format == Format::Vorbis {
+        for piece in &setup {
+            stream.push_backing(piece.offset, piece.length);
+        }
+        packet_lens.push(setup.iter().map(|p| p.length).sum());
+    }
+    let stream = Arc::new(stream);
+    let plans = ogg_pages::paginate(&packet_lens);
+    let new_header_pages = 1 + plans.len() as u32;
+    let mut layout = Layout::default();
+    layout.push_backing(first.offset, first.length);
+    for (i, plan) in plans.into_iter().enumerate() {
+        layout.push_computed(Arc::new(HeaderPage {
+            plan,
+            seq: 1 + i as u32,
+            stream: stream.clone(),
+            first_page: first.offset,
+        }));
+    }
+    layout.push_computed(Arc::new(AudioPages::new(
+        audio_offset,
+        audio_length,
+        new_header_pages.wrapping_sub(pages.len() as u32),
+        first.offset,
+    )));
+    Ok(layout)
+}
+
+/// The comment header packet: Vorbis or Opus magic, the comment list with
+/// a METADATA_BLOCK_PICTURE field per picture (base64 of a FLAC picture
+/// block whose image streams from the store), and the Vorbis framing bit.
+fn push_comment_packet(
+    stream: &mut Layout,
+    format: Format,
+    tags: &[(String, String)],
+    art: &[ArtLink],
+) -> u64 {
+    const PICTURE_FIELD: &[u8] = b"METADATA_BLOCK_PICTURE=";
+    let start = stream.len();
+    let mut head = match format {
+        Format::Vorbis => b"\x03vorbis".to_vec(),
+        _ => b"OpusTags".to_vec(),
+    };
+    let count_at = head.len() + 4 + vorbis_comment::VENDOR.len();
+    vorbis_comment::encode(tags, &mut head);
+    let count = (tags.len() + art.len()) as u32;
+    head[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
+    stream.push_bytes(&head);
+    for link in art {
+        let mut block = Layout::default();
+        block.push_bytes(&flac_picture_header(link));
+        block.push_art(link.art_rowid, link.data_len);
+        let encoded = Base64::encoded_len(block.len());
+        stream.push_bytes(&((PICTURE_FIELD.len() as u64 + encoded) as u32).to_le_bytes());
+        stream.push_bytes(PICTURE_FIELD);
+        stream.push_computed(Arc::new(Base64 { inner: block }));
+    }
+    if format == Format::Vorbis {
+        stream.push_bytes(&[1]);
+    }
+    stream.len() - start
 }

@@ -4,7 +4,7 @@ use retagfs_store::{ArtLink, BackingPart, TrackRow};
 
 use crate::id3_tag::{self, Id3Version};
 use crate::layout::Layout;
-use crate::{flac, wav, Format};
+use crate::{flac, ogg, wav, Format};
 
 /// Choices of the mount that change the served bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -31,7 +31,10 @@ pub type FlacBlockLen = (u8, u64);
 /// Whether this format's metadata is synthesized yet; other formats are
 /// served byte-identical to their backing file.
 pub fn is_synthesized(format: Format) -> bool {
-    matches!(format, Format::Flac | Format::Mp3 | Format::Wav)
+    matches!(
+        format,
+        Format::Flac | Format::Mp3 | Format::Wav | Format::Vorbis | Format::Opus
+    )
 }
 
 /// The layout of the served file. An error means the stored rows cannot
@@ -61,6 +64,14 @@ pub fn synthesize(input: &SynthesisInput<'_>) -> Result<Layout, String> {
             input.art,
             input.options.id3_version,
             t.stamps.size,
+        ),
+        Format::Vorbis | Format::Opus => ogg::synthesize(
+            t.format,
+            input.parts,
+            input.tags,
+            input.art,
+            t.audio_offset,
+            t.audio_length,
         ),
         _ => Ok(Layout::passthrough(t.stamps.size)),
     }
