@@ -51,7 +51,7 @@ def test_export_shape(store):
 
 
 # Formats whose tags are synthesized; the others are served byte-identical.
-SYNTHESIZED = {"flac", "mp3", "wav", "vorbis", "opus"}
+SYNTHESIZED = {"flac", "mp3", "wav", "vorbis", "opus", "mp4"}
 
 
 def test_synthesis_seen_by_mutagen_and_ffmpeg(store, mount):

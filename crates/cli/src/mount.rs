@@ -53,12 +53,6 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
             a.db.display()
         );
     }
-    let unsynthesized: Vec<&str> = store
-        .formats()?
-        .into_iter()
-        .filter(|f| !retagfs_formats::is_synthesized(*f))
-        .map(|f| f.as_str())
-        .collect();
     drop(store);
     if !a.dry_run {
         check_mountpoint(&a.mountpoint)?;
@@ -71,12 +65,6 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
         }
         println!("{} files, {} directories", tree.file_count(), tree.dir_count());
         return Ok(());
-    }
-    if mode == Mode::Synthesis && !unsynthesized.is_empty() {
-        eprintln!(
-            "note: tags are not synthesized for {} files yet; they are served byte-identical to their backing files",
-            unsynthesized.join(", ")
-        );
     }
     let files = lib.tree().file_count();
     let mount_config = MountConfig {

@@ -217,26 +217,7 @@ impl Library {
             Some(_) => return Err(io::Error::from_raw_os_error(libc::EISDIR)),
             None => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
         };
-        let (track, layout) = self.pool.with(|store| self.resolve(store, entry.track_id))?;
-        let backing = File::open(&track.backing_path).map_err(|e| {
-            tracing::warn!("{}: cannot open backing file: {e}", track.backing_path);
-            if e.kind() == io::ErrorKind::NotFound {
-                io::Error::from_raw_os_error(libc::ENOENT)
-            } else {
-                eio()
-            }
-        })?;
-        let meta = backing.metadata().map_err(|_| eio())?;
-        let now = crate::stamps(&meta);
-        if now.size != track.stamps.size || now.mtime_ns != track.stamps.mtime_ns {
-            tracing::warn!(
-                "{}: backing file changed since it was scanned (size {} -> {}); run `retagfs scan` again",
-                track.backing_path,
-                track.stamps.size,
-                meta.len()
-            );
-            return Err(eio());
-        }
+        let (track, backing, layout) = self.pool.with(|store| self.resolve(store, entry.track_id))?;
         if layout.len() != entry.size {
             // The store changed after the tree was built: serve the new
             // version and make the tree's size agree with it.
@@ -258,7 +239,9 @@ impl Library {
         })
     }
 
-    fn resolve(&self, store: &Store, track_id: i64) -> io::Result<(TrackRow, Layout)> {
+    /// The track's row, its backing file (checked against the scan's stamps)
+    /// and the layout of the served file.
+    fn resolve(&self, store: &Store, track_id: i64) -> io::Result<(TrackRow, File, Layout)> {
         let fail = |what: &str, e: &dyn std::fmt::Display| {
             tracing::error!("track {track_id}: {what}: {e}");
             eio()
@@ -267,8 +250,10 @@ impl Library {
             .track(track_id)
             .map_err(|e| fail("reading track row", &e))?
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+        let backing = open_backing(&track)?;
         if self.config.mode == Mode::StructureOnly {
-            return Ok((track.clone(), Layout::passthrough(track.stamps.size)));
+            let layout = Layout::passthrough(track.stamps.size);
+            return Ok((track, backing, layout));
         }
         if let Some(why) = &track.passthrough {
             if self
@@ -299,9 +284,10 @@ impl Library {
             flac_blocks: &blocks,
             parts: &parts,
             options: self.config.synthesis,
+            backing: Some(&backing),
         })
         .map_err(|e| fail(&track.backing_path, &e))?;
-        Ok((track, layout))
+        Ok((track, backing, layout))
     }
 
     /// Reads served bytes of an open file into `buf` (cleared first).
@@ -316,6 +302,31 @@ impl Library {
         })?;
         Ok(())
     }
+}
+
+/// Opens a track's backing file; a file that changed since the scan is
+/// EIO (its offsets are stale), a vanished one ENOENT.
+fn open_backing(track: &TrackRow) -> io::Result<File> {
+    let backing = File::open(&track.backing_path).map_err(|e| {
+        tracing::warn!("{}: cannot open backing file: {e}", track.backing_path);
+        if e.kind() == io::ErrorKind::NotFound {
+            io::Error::from_raw_os_error(libc::ENOENT)
+        } else {
+            eio()
+        }
+    })?;
+    let meta = backing.metadata().map_err(|_| eio())?;
+    let now = crate::stamps(&meta);
+    if now.size != track.stamps.size || now.mtime_ns != track.stamps.mtime_ns {
+        tracing::warn!(
+            "{}: backing file changed since it was scanned (size {} -> {}); run `retagfs scan` again",
+            track.backing_path,
+            track.stamps.size,
+            meta.len()
+        );
+        return Err(eio());
+    }
+    Ok(backing)
 }
 
 struct Sources<'a> {

@@ -17,6 +17,7 @@ pub mod keys;
 mod layout;
 mod mp3;
 mod mp4;
+mod mp4_synth;
 mod ogg;
 mod ogg_pages;
 mod picture;
@@ -36,6 +37,4 @@ pub use probe::{probe, Probe};
 pub use retagfs_store::Format;
 pub use sniff::sniff;
 pub use source::{ReadAt, Source};
-pub use synth::{
-    is_synthesized, synthesize, synthesized_len, FlacBlockLen, SynthesisInput, SynthesisOptions,
-};
+pub use synth::{synthesize, synthesized_len, FlacBlockLen, SynthesisInput, SynthesisOptions};

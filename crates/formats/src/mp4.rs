@@ -1,6 +1,6 @@
 //! MP4 / M4A / M4B: walk the atom tree, read the `ilst` items, find `mdat`.
 
-use retagfs_store::ScannedPicture;
+use retagfs_store::{BackingPart, PartKind, ScannedPicture};
 
 use crate::error::{malformed, ProbeError, Result};
 use crate::genres;
@@ -12,11 +12,11 @@ use crate::Format;
 
 /// One atom: its type, where it starts, its header and total length.
 #[derive(Debug, Clone, Copy)]
-struct Atom {
-    kind: [u8; 4],
-    offset: u64,
-    header: u64,
-    len: u64,
+pub(crate) struct Atom {
+    pub kind: [u8; 4],
+    pub offset: u64,
+    pub header: u64,
+    pub len: u64,
 }
 
 impl Atom {
@@ -55,7 +55,7 @@ fn atom_at(b: &[u8], pos: usize, end: u64, base: u64) -> Result<Atom> {
 }
 
 /// The children of a region of bytes `b` that starts at file offset `base`.
-fn children(b: &[u8], base: u64) -> Result<Vec<Atom>> {
+pub(crate) fn children(b: &[u8], base: u64) -> Result<Vec<Atom>> {
     let end = base + b.len() as u64;
     let mut out = Vec::new();
     let mut pos = 0usize;
@@ -67,12 +67,12 @@ fn children(b: &[u8], base: u64) -> Result<Vec<Atom>> {
     Ok(out)
 }
 
-fn slice<'a>(b: &'a [u8], base: u64, a: &Atom) -> &'a [u8] {
+pub(crate) fn slice<'a>(b: &'a [u8], base: u64, a: &Atom) -> &'a [u8] {
     let (start, len) = a.body();
     &b[(start - base) as usize..(start - base + len) as usize]
 }
 
-fn find<'a>(atoms: &'a [Atom], kind: &[u8; 4]) -> Option<&'a Atom> {
+pub(crate) fn find<'a>(atoms: &'a [Atom], kind: &[u8; 4]) -> Option<&'a Atom> {
     atoms.iter().find(|a| &a.kind == kind)
 }
 
@@ -94,18 +94,17 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
         (Some(f), Some(l)) => (f, l),
         _ => return malformed("no mdat atom"),
     };
-    if top.iter().any(|a| &a.kind == b"moof") {
-        return Err(ProbeError::Unsupported("fragmented MP4 (moof)".into()));
-    }
 
     let (body_at, body_len) = moov.body();
     let moov_bytes = src.read(body_at, body_len, "moov atom")?;
     let moov_children = children(&moov_bytes, body_at)?;
-    if audio_track_count(&moov_bytes, body_at, &moov_children)? == 0 {
+    let audio_tracks = audio_track_count(&moov_bytes, body_at, &moov_children)?;
+    if audio_tracks == 0 {
         return Err(ProbeError::Unsupported("MP4 file without an audio track".into()));
     }
 
     let mut probe = Probe::new(Format::Mp4);
+    let slot = ilst_slot(&moov_bytes, &moov, &moov_children)?;
     if let Some(ilst) = find_ilst(&moov_bytes, body_at, &moov_children)? {
         let mut tags = TagList::new();
         for item in children(ilst.0, ilst.1)? {
@@ -119,9 +118,67 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
         }
         probe.tags = tags.finish();
     }
+    probe.passthrough = if top.iter().any(|a| &a.kind == b"moof") || find(&moov_children, b"mvex").is_some() {
+        Some("fragmented MP4 (moof)".into())
+    } else if audio_tracks > 1 {
+        Some(format!("MP4 file with {audio_tracks} audio tracks"))
+    } else if moov.offset > first.offset && moov.offset < last.offset {
+        Some("moov atom between mdat atoms".into())
+    } else {
+        None
+    };
+    for a in &top {
+        let kind = if a.offset == moov.offset {
+            PartKind::Moov
+        } else {
+            PartKind::Atom
+        };
+        probe.parts.push(BackingPart::new(kind, a.offset, a.len));
+    }
+    probe.parts.push(slot);
     probe.audio_offset = first.offset;
     probe.audio_length = last.offset + last.len - first.offset;
     Ok(probe)
+}
+
+/// Where the new `ilst` goes: the old `ilst` atom, or an empty range where
+/// it (with a new `meta` or `udta` around it) is inserted.
+fn ilst_slot(b: &[u8], moov: &Atom, moov_children: &[Atom]) -> Result<BackingPart> {
+    let base = moov.offset + moov.header;
+    let Some(udta) = find(moov_children, b"udta") else {
+        return Ok(BackingPart::new(
+            PartKind::IlstInNewUdta,
+            moov.offset + moov.len,
+            0,
+        ));
+    };
+    let udta_b = slice(b, base, udta);
+    let udta_base = udta.offset + udta.header;
+    let Some(meta) = find(&children(udta_b, udta_base)?, b"meta").copied() else {
+        return Ok(BackingPart::new(
+            PartKind::IlstInNewMeta,
+            udta.offset + udta.len,
+            0,
+        ));
+    };
+    let (meta_b, meta_base) = meta_children_region(udta_b, udta_base, &meta);
+    Ok(match find(&children(meta_b, meta_base)?, b"ilst") {
+        Some(ilst) => BackingPart::new(PartKind::Ilst, ilst.offset, ilst.len),
+        None => BackingPart::new(PartKind::Ilst, meta.offset + meta.len, 0),
+    })
+}
+
+/// The region holding a `meta` atom's children: ISO `meta` is a full box
+/// (4 bytes of version and flags first), QuickTime's is not. A full box
+/// starts with zero flags, never with a child size.
+pub(crate) fn meta_children_region<'a>(b: &'a [u8], base: u64, meta: &Atom) -> (&'a [u8], u64) {
+    let meta_b = slice(b, base, meta);
+    let meta_base = meta.offset + meta.header;
+    if meta_b.len() >= 8 && &meta_b[4..8] != b"hdlr" {
+        (&meta_b[4..], meta_base + 4)
+    } else {
+        (meta_b, meta_base)
+    }
 }
 
 fn audio_track_count(b: &[u8], base: u64, moov: &[Atom]) -> Result<usize> {
@@ -154,14 +211,7 @@ fn find_ilst<'a>(b: &'a [u8], base: u64, moov: &[Atom]) -> Result<Option<(&'a [u
     let Some(meta) = find(&children(udta_b, udta_base)?, b"meta").copied() else {
         return Ok(None);
     };
-    let mut meta_b = slice(udta_b, udta_base, &meta);
-    let mut meta_base = meta.offset + meta.header;
-    // ISO `meta` is a full box (4 bytes of version and flags); QuickTime's
-    // is not. A full box starts with zero flags, never with a child size.
-    if meta_b.len() >= 8 && &meta_b[4..8] != b"hdlr" {
-        meta_b = &meta_b[4..];
-        meta_base += 4;
-    }
+    let (meta_b, meta_base) = meta_children_region(udta_b, udta_base, &meta);
     let Some(ilst) = find(&children(meta_b, meta_base)?, b"ilst").copied() else {
         return Ok(None);
     };

@@ -317,6 +317,14 @@ impl Computed for AudioPages {
         while done < out.len() {
             buf.resize(page.len as usize, 0);
             src.read_backing(page.start, &mut buf)?;
+            if buf[5] & 2 != 0 {
+                // A chained stream that reuses the serial number: the scan
+                // could not tell, and renumbering its pages would be wrong.
+                return Err(invalid(format!(
+                    "a second logical stream begins at offset {} (chained Ogg stream)",
+                    page.start
+                )));
+            }
             let seq = u32::from_le_bytes(buf[SEQ_AT..SEQ_AT + 4].try_into().unwrap_or_default());
             buf[SEQ_AT..SEQ_AT + 4].copy_from_slice(&seq.wrapping_add(self.seq_delta).to_le_bytes());
             buf[CRC_AT..CRC_AT + 4].fill(0);

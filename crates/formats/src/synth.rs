@@ -4,7 +4,8 @@ use retagfs_store::{ArtLink, BackingPart, TrackRow};
 
 use crate::id3_tag::{self, Id3Version};
 use crate::layout::Layout;
-use crate::{flac, ogg, wav, Format};
+use crate::source::ReadAt;
+use crate::{flac, mp4_synth, ogg, wav, Format};
 
 /// Choices of the mount that change the served bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -23,19 +24,12 @@ pub struct SynthesisInput<'a> {
     /// Ranges of the backing file with a role in synthesis (MP4, Ogg, WAV).
     pub parts: &'a [BackingPart],
     pub options: SynthesisOptions,
+    /// The backing file, read when the layout needs its bytes (MP4 `moov`).
+    pub backing: Option<&'a dyn ReadAt>,
 }
 
 /// (block type, body length) of a stored FLAC block.
 pub type FlacBlockLen = (u8, u64);
-
-/// Whether this format's metadata is synthesized yet; other formats are
-/// served byte-identical to their backing file.
-pub fn is_synthesized(format: Format) -> bool {
-    matches!(
-        format,
-        Format::Flac | Format::Mp3 | Format::Wav | Format::Vorbis | Format::Opus
-    )
-}
 
 /// The layout of the served file. An error means the stored rows cannot
 /// describe a valid file (the caller reports it and serves EIO).
@@ -73,7 +67,10 @@ pub fn synthesize(input: &SynthesisInput<'_>) -> Result<Layout, String> {
             t.audio_offset,
             t.audio_length,
         ),
-        _ => Ok(Layout::passthrough(t.stamps.size)),
+        Format::Mp4 => {
+            let backing = input.backing.ok_or("MP4 synthesis needs the backing file")?;
+            mp4_synth::synthesize(input.parts, input.tags, input.art, backing, t.stamps.size)
+        }
     }
 }
 
@@ -88,10 +85,12 @@ pub fn synthesized_len(
     parts: &[BackingPart],
     options: SynthesisOptions,
 ) -> u64 {
+    if track.passthrough.is_some() {
+        return track.stamps.size;
+    }
     match track.format {
-        Format::Flac if track.passthrough.is_none() => {
-            flac::synthesized_len(flac_block_lens, tags, art, track.audio_length)
-        }
+        Format::Flac => flac::synthesized_len(flac_block_lens, tags, art, track.audio_length),
+        Format::Mp4 => mp4_synth::synthesized_len(parts, tags, art).unwrap_or(track.stamps.size),
         _ => synthesize(&SynthesisInput {
             track,
             tags,
@@ -99,6 +98,7 @@ pub fn synthesized_len(
             flac_blocks: &[],
             parts,
             options,
+            backing: None,
         })
         .map_or(track.stamps.size, |l| l.len()),
     }
