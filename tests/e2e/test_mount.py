@@ -5,6 +5,7 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -157,3 +158,22 @@ def test_dry_run_prints_sample_and_counts(store, tmp_path):
     lines = p.stdout.splitlines()
     assert lines[-1] == "8 files, 7 directories"
     assert "flac/First Artist, Second Artist.flac" in lines
+
+
+def test_unsynthesizable_files_are_served_byte_identical_with_one_log_line(tmp_path, mount):
+    lib = tmp_path / "odd"
+    lib.mkdir()
+    src = os.path.join(os.path.dirname(FIXTURES), "fixtures-passthrough")
+    for name in ("chained.ogg", "fragmented.m4a", "rf64.wav"):
+        shutil.copy(os.path.join(src, name), lib / name)
+    db = tmp_path / "odd.db"
+    run("scan", str(lib), "--db", str(db))
+    tracks = export(db)
+    assert len(tracks) == 3
+    m = mount(db)
+    for t in tracks:
+        for _ in range(2):
+            assert sha256(os.path.join(m.mnt, t["path"])) == sha256(t["backing_path"]), t["path"]
+    log = m.stop()
+    for why in ("chained Ogg stream", "fragmented MP4", "RF64"):
+        assert log.count(why) == 1, log
