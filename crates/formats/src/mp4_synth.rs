@@ -133,25 +133,17 @@ fn push_items(items: &mut Layout, tags: &[(String, String)]) {
         }
         let native = keys::mapping(key).and_then(|m| m.mp4);
         let item = match (key, native) {
-            ("tracknumber" | "totaltracks", _) if number(key).is_some() => {
-                if key == "totaltracks" && number("tracknumber").is_some() {
+            ("tracknumber" | "totaltracks" | "discnumber" | "totaldiscs", _) if number(key).is_some() => {
+                let (num_key, total_key, kind) = match key {
+                    "tracknumber" | "totaltracks" => ("tracknumber", "totaltracks", b"trkn"),
+                    _ => ("discnumber", "totaldiscs", b"disk"),
+                };
+                // One atom holds both; it is written where the number is.
+                if key == total_key && number(num_key).is_some() {
                     continue;
                 }
-                let (n, t) = (
-                    number("tracknumber").unwrap_or(0),
-                    number("totaltracks").unwrap_or(0),
-                );
-                pair_item(b"trkn", n, t, true)
-            }
-            ("discnumber" | "totaldiscs", _) if number(key).is_some() => {
-                if key == "totaldiscs" && number("discnumber").is_some() {
-                    continue;
-                }
-                let (n, t) = (
-                    number("discnumber").unwrap_or(0),
-                    number("totaldiscs").unwrap_or(0),
-                );
-                pair_item(b"disk", n, t, false)
+                let (n, t) = (number(num_key).unwrap_or(0), number(total_key).unwrap_or(0));
+                pair_item(kind, n, t)
             }
             ("bpm", _) if number(key).is_some() => {
                 int_item(b"tmpo", TYPE_INT, &number(key).unwrap_or(0).to_be_bytes())
@@ -173,11 +165,12 @@ fn push_items(items: &mut Layout, tags: &[(String, String)]) {
     }
 }
 
-fn pair_item(kind: &[u8; 4], n: u16, total: u16, track: bool) -> Layout {
+/// `trkn` (8 bytes) or `disk` (6 bytes): reserved, number, total [, reserved].
+fn pair_item(kind: &[u8; 4], n: u16, total: u16) -> Layout {
     let mut payload = vec![0, 0];
     payload.extend_from_slice(&n.to_be_bytes());
     payload.extend_from_slice(&total.to_be_bytes());
-    if track {
+    if kind == b"trkn" {
         payload.extend_from_slice(&[0, 0]);
     }
     int_item(kind, TYPE_IMPLICIT, &payload)
