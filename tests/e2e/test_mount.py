@@ -33,7 +33,7 @@ def sha256(path):
 
 def test_export_shape(store):
     tracks = export(store)
-    assert len(tracks) == 8
+    assert len(tracks) == 9
     for t in tracks:
         assert set(t) == {"id", "backing_path", "path", "format", "tags", "art"}
         assert os.path.isabs(t["backing_path"])
@@ -146,10 +146,10 @@ def test_exit_codes_and_messages(tmp_path, store, library):
 def test_scan_summary_and_rescan(tmp_path, library):
     db = str(tmp_path / "s.db")
     first = json.loads(run("scan", str(library), "--db", db, "--json").stdout)
-    assert (first["added"], first["failed"]) == (8, 1)
+    assert (first["added"], first["failed"]) == (9, 1)
     assert first["failures"][0]["path"].endswith("truncated.flac")
     again = json.loads(run("scan", str(library), "--db", db, "--json").stdout)
-    assert (again["added"], again["updated"], again["unchanged"]) == (0, 0, 8)
+    assert (again["added"], again["updated"], again["unchanged"]) == (0, 0, 9)
 
 
 def test_dry_run_prints_sample_and_counts(store, tmp_path):

@@ -75,14 +75,14 @@ fn scan_counts_rescan_and_prune() {
     let db_path = dir.path().join("store.db");
     let mut db = Store::open(&db_path).unwrap();
     let s = scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
-    assert_eq!((s.added, s.failed), (7, 1), "{s:?}");
+    assert_eq!((s.added, s.failed), (8, 1), "{s:?}");
     assert!(s.failures[0].0.ends_with("truncated.flac"));
     assert_eq!(db.failures().unwrap().len(), 1);
 
     let again = scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
     assert_eq!(
         (again.added, again.updated, again.unchanged, again.failed),
-        (0, 0, 7, 1),
+        (0, 0, 8, 1),
         "{again:?}"
     );
 
@@ -91,7 +91,7 @@ fn scan_counts_rescan_and_prune() {
     assert_eq!((kept.missing, kept.removed), (1, 0));
     let pruned = scan(&mut db, &opts(dir.path(), true), &|_| {}).unwrap();
     assert_eq!(pruned.removed, 1);
-    assert_eq!(db.track_count().unwrap(), 6);
+    assert_eq!(db.track_count().unwrap(), 7);
 }
 
 #[test]
@@ -171,7 +171,7 @@ fn structure_only_serves_every_format_byte_identical() {
     let (_dir, db_path, db) = scanned();
     let lib = Library::load(&db_path, view(Mode::StructureOnly)).unwrap();
     let tracks = db.tracks().unwrap();
-    assert_eq!(tracks.len(), 7);
+    assert_eq!(tracks.len(), 8);
     for t in tracks {
         assert_eq!(
             read_all(&lib, file_ino(t.id)),

@@ -222,10 +222,11 @@ pub fn synthesize(
     let mdat_after_moov = parts
         .iter()
         .any(|p| p.kind == PartKind::Atom && p.offset > moov.offset && is_mdat(&src, p));
-    grow_ancestors(&mut bytes, moov.offset, slot, delta)?;
+    // Both walk the original sizes: chunk offsets first, then the sizes.
     if mdat_after_moov && delta != 0 {
         shift_chunk_offsets(&mut bytes, moov.offset, delta)?;
     }
+    grow_ancestors(&mut bytes, moov.offset, slot, delta)?;
     let cut = (slot.offset - moov.offset) as usize;
     let mut layout = Layout::default();
     for p in parts {
