@@ -156,7 +156,7 @@ def test_dry_run_prints_sample_and_counts(store, tmp_path):
     p = run("mount", str(tmp_path / "unused"), "--db", str(store), "--dry-run",
             "--template", "$format/${artist|filename}")
     lines = p.stdout.splitlines()
-    assert lines[-1] == "8 files, 7 directories"
+    assert lines[-1] == "9 files, 7 directories"
     assert "flac/First Artist, Second Artist.flac" in lines
 
 
