@@ -37,7 +37,8 @@ impl Id3Version {
 const MAX_TAG_LEN: u64 = (1 << 28) - 1;
 const HEADER_LEN: usize = 10;
 
-/// Appends a complete ID3v2 tag to `layout`; returns its length.
+/// Appends a complete ID3v2 tag to `layout`; returns its length. Nothing
+/// is appended when there is nothing to say (a tag needs a frame).
 pub fn push_tag(layout: &mut Layout, tags: &[(String, String)], art: &[ArtLink], version: Id3Version) -> u64 {
     let frames = encode_frames(&text_frames(tags, version), version);
     let mut pictures = Vec::new();
@@ -51,6 +52,9 @@ pub fn push_tag(layout: &mut Layout, tags: &[(String, String)], art: &[ArtLink],
         }
         size += prefix.len() as u64 + link.data_len;
         pictures.push((prefix, link));
+    }
+    if size == 0 {
+        return 0;
     }
     layout.push_bytes(b"ID3");
     layout.push_bytes(&[version_byte(version), 0, 0]);

@@ -56,22 +56,6 @@ pub fn frame_header(h: &[u8]) -> Option<usize> {
     Some(len as usize)
 }
 
-/// Offset of the first frame header in `window`, preferring one that is
-/// followed by another frame (a lone sync pattern may be junk).
-fn first_frame(window: &[u8]) -> Option<usize> {
-    let headers =
-        (0..window.len().saturating_sub(3)).filter_map(|i| frame_header(&window[i..]).map(|len| (i, len)));
-    let mut first = None;
-    for (i, len) in headers {
-        first.get_or_insert(i);
-        let next = i + len;
-        if len > 0 && (next + 4 > window.len() || frame_header(&window[next..]).is_some()) {
-            return Some(i);
-        }
-    }
-    first
-}
-
 pub fn probe(src: &Source<'_>) -> Result<Probe> {
     let mut v2 = TagList::new();
     let mut probe = Probe::new(Format::Mp3);
@@ -109,13 +93,15 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
     }
 
     let window = src.read_upto(start, SYNC_SEARCH.min(end - start))?;
-    let Some(first_frame) = first_frame(&window) else {
+    if !(0..window.len().saturating_sub(3)).any(|i| frame_header(&window[i..]).is_some()) {
         return malformed(format!(
             "no MPEG audio frame within {SYNC_SEARCH} bytes after the tags (offset {start})"
         ));
-    };
-    // Padding or junk between the tags and the first frame is not audio.
-    let start = start + first_frame as u64;
+    }
+    // Bytes between the tags and the first frame (padding left by taggers)
+    // stay part of the audio range: decoders treat them differently (a
+    // LAME header after junk is not recognised), and the served file must
+    // decode exactly like the original.
 
     probe.tags = v2.finish();
     merge_missing(&mut probe.tags, ape_tags);

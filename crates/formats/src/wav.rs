@@ -189,6 +189,9 @@ fn push_info_chunk(layout: &mut Layout, tags: &[(String, String)]) {
 fn push_id3_chunk(layout: &mut Layout, tags: &[(String, String)], art: &[ArtLink], version: Id3Version) {
     let mut tag = Layout::default();
     let len = id3_tag::push_tag(&mut tag, tags, art, version);
+    if len == 0 {
+        return;
+    }
     layout.push_bytes(b"id3 ");
     layout.push_bytes(&(len as u32).to_le_bytes());
     layout.append(tag);
