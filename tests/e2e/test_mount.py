@@ -177,3 +177,31 @@ def test_unsynthesizable_files_are_served_byte_identical_with_one_log_line(tmp_p
     log = m.stop()
     for why in ("chained Ogg stream", "fragmented MP4", "RF64"):
         assert log.count(why) == 1, log
+
+
+def test_oddly_made_files_keep_their_audio_and_carry_the_store_tags(tmp_path, mount):
+    src = os.path.join(os.path.dirname(FIXTURES), "fixtures-odd")
+    lib = tmp_path / "odd"
+    lib.mkdir()
+    for name in os.listdir(src):
+        if not name.endswith(".py"):
+            shutil.copy(os.path.join(src, name), lib / name)
+    db = tmp_path / "odd.db"
+    scan = json.loads(run("scan", str(lib), "--db", str(db), "--json").stdout)
+    assert (scan["added"], scan["failed"]) == (8, 0), scan
+    titles = {os.path.basename(t["backing_path"]): t["tags"].get("title") for t in export(db)}
+    assert titles["v22.mp3"] == ["V22 Title"]
+    assert titles["two-tags-padding.mp3"] == ["Two Tags"]
+    assert titles["v23-unsync.mp3"] == ["Unsynced"]
+    assert titles["v1-only.mp3"] == ["V1 Title"]
+    assert titles["odd-chunks.wav"] == ["Odd WAV"]
+    for t in export(db):
+        run("tag", "--db", str(db), "set", str(t["id"]), f"title=Nëw {t['id']}", "artist=Ödd")
+        run("art", "--db", str(db), "set", str(t["id"]), os.path.join(FIXTURES, "cover.png"))
+    m = mount(db)
+    for t in export(db):
+        served = os.path.join(m.mnt, t["path"])
+        assert views.view(served, t["format"]) == views.expected(t), t["path"]
+        assert pcm_sha256(served) == pcm_sha256(t["backing_path"]), t["path"]
+    log = m.stop()
+    assert "ERROR" not in log and "WARN" not in log, log
