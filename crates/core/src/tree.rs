@@ -50,6 +50,9 @@ pub struct Placement {
 pub struct Tree {
     nodes: HashMap<u64, Node>,
     dir_count: usize,
+    /// The next " (n)" to try per (directory, name): many tracks with the
+    /// same name must not make each insertion probe every suffix again.
+    next_suffix: HashMap<(u64, String), u32>,
 }
 
 pub fn file_ino(track_id: i64) -> u64 {
@@ -121,7 +124,11 @@ impl Tree {
                 },
             },
         );
-        Tree { nodes, dir_count: 1 }
+        Tree {
+            nodes,
+            dir_count: 1,
+            next_suffix: HashMap::new(),
+        }
     }
 
     /// Builds the tree. Placements are applied in track id order, so name
@@ -200,11 +207,18 @@ impl Tree {
             stem.to_string()
         };
         let ext = file.format.extension();
-        let mut name = file_name(&stem, "", ext);
-        let mut n = 2;
-        while self.child(dir, &name).is_some() {
-            name = file_name(&stem, &format!(" ({n})"), ext);
-            n += 1;
+        let base = file_name(&stem, "", ext);
+        let mut name = base.clone();
+        if self.child(dir, &name).is_some() {
+            let mut n = self.next_suffix.get(&(dir, base.clone())).copied().unwrap_or(2);
+            loop {
+                name = file_name(&stem, &format!(" ({n})"), ext);
+                n += 1;
+                if self.child(dir, &name).is_none() {
+                    break;
+                }
+            }
+            self.next_suffix.insert((dir, base), n);
         }
         let ino = file_ino(file.track_id);
         self.add_child(dir, name, ino, Entry::File(file));
@@ -297,6 +311,20 @@ mod tests {
         assert_eq!(t.child(a, "x.flac"), Some(file_ino(1)));
         assert_eq!(t.child(a, "x (2).flac"), Some(file_ino(2)));
         assert_eq!(t.child(a, "x (3).flac"), Some(file_ino(3)));
+    }
+
+    #[test]
+    fn many_equal_names_and_a_real_suffix_title_stay_unique() {
+        let mut places: Vec<Placement> = (1..=3000).map(|id| place(id, "A/x")).collect();
+        places.push(place(5000, "A/x (7)"));
+        let t = Tree::build(places);
+        let a = t.child(ROOT_INO, "A").unwrap();
+        assert_eq!(t.child(a, "x (2).flac"), Some(file_ino(2)));
+        assert_eq!(t.child(a, "x (3000).flac"), Some(file_ino(3000)));
+        // Inserted in track-id order: the title "x (7)" came last.
+        assert_eq!(t.child(a, "x (7).flac"), Some(file_ino(7)));
+        assert_eq!(t.child(a, "x (7) (2).flac"), Some(file_ino(5000)));
+        assert_eq!(t.file_paths().len(), 3001);
     }
 
     #[test]
