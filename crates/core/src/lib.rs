@@ -6,10 +6,11 @@ pub mod library;
 pub mod scan;
 pub mod template;
 pub mod tree;
+pub mod watch;
 
 use std::os::unix::fs::MetadataExt;
 
-pub use library::{Library, Mode, OpenFile, Snapshot, TrackFields, ViewConfig};
+pub use library::{Library, Mode, OpenFile, Refresh, Snapshot, TrackFields, ViewConfig};
 pub use retagfs_store::Stamps;
 pub use template::{Fallbacks, Template, TemplateError, DEFAULT_TEMPLATE};
 

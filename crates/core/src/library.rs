@@ -13,7 +13,7 @@ use retagfs_formats::{synthesize, synthesized_len, Layout, SegmentSource, Synthe
 use retagfs_store::{ArtLink, BackingPart, Format, Store, TrackRow};
 
 use crate::template::{Fallbacks, Fields, Template};
-use crate::tree::{FileEntry, Placement, Tree};
+use crate::tree::{file_ino, FileEntry, Invalidations, Placement, Tree};
 
 /// How files are served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,34 +114,75 @@ impl Snapshot {
             .tracks
             .iter()
             .map(|t| {
-                let tags = self.tags(t.id);
-                let size = match config.mode {
-                    Mode::StructureOnly => t.stamps.size,
-                    Mode::Synthesis => {
-                        let blocks = self.flac_block_lens.get(&t.id).map_or(&[][..], Vec::as_slice);
-                        let parts = self.parts.get(&t.id).map_or(&[][..], Vec::as_slice);
-                        synthesized_len(t, tags, self.art(t.id), blocks, parts, config.synthesis)
-                    }
-                };
-                Placement {
-                    path: config
-                        .template
-                        .render(&TrackFields::new(t, tags), &config.fallbacks),
-                    file: FileEntry {
-                        track_id: t.id,
-                        format: t.format,
-                        size,
-                        mtime_ns: t.stamps.mtime_ns,
-                        content_version: t.content_version,
-                    },
-                }
+                let blocks = self.flac_block_lens.get(&t.id).map_or(&[][..], Vec::as_slice);
+                let parts = self.parts.get(&t.id).map_or(&[][..], Vec::as_slice);
+                placement(config, t, self.tags(t.id), self.art(t.id), blocks, parts)
             })
             .collect();
         Tree::build(placements)
     }
 }
 
-/// Read-only store connections shared by the serving threads.
+/// Where a track goes in the tree and its served size.
+fn placement(
+    config: &ViewConfig,
+    t: &TrackRow,
+    tags: &[(String, String)],
+    art: &[ArtLink],
+    flac_block_lens: &[(u8, u64)],
+    parts: &[BackingPart],
+) -> Placement {
+    let size = match config.mode {
+        Mode::StructureOnly => t.stamps.size,
+        Mode::Synthesis => synthesized_len(t, tags, art, flac_block_lens, parts, config.synthesis),
+    };
+    Placement {
+        path: config
+            .template
+            .render(&TrackFields::new(t, tags), &config.fallbacks),
+        file: FileEntry {
+            track_id: t.id,
+            format: t.format,
+            size,
+            mtime_ns: t.stamps.mtime_ns,
+            content_version: t.content_version,
+        },
+    }
+}
+
+/// One track's placement read from the store, `None` once it is gone.
+fn load_placement(store: &Store, config: &ViewConfig, id: i64) -> retagfs_store::Result<Option<Placement>> {
+    let Some(t) = store.track(id)? else {
+        return Ok(None);
+    };
+    let tags = store.tags(id)?;
+    let art = store.art_links(id)?;
+    let blocks = store.flac_block_lengths(id)?;
+    let parts = store.backing_parts(id)?;
+    Ok(Some(placement(config, &t, &tags, &art, &blocks, &parts)))
+}
+
+/// What a refresh found in the store's change log.
+enum Pending {
+    Nothing,
+    /// The log was truncated past what the tree reflects: rebuild.
+    Rebuild(Box<Snapshot>, i64),
+    /// These tracks changed (None: removed), up to this log position.
+    Tracks(Vec<(i64, Option<Placement>)>, i64),
+}
+
+/// The outcome of one refresh.
+#[derive(Debug, Default)]
+pub struct Refresh {
+    /// Tracks re-rendered (every track for a rebuild).
+    pub tracks: usize,
+    /// Whether the change log was truncated and the tree rebuilt.
+    pub rebuilt: bool,
+    /// What the kernel must forget.
+    pub invalidations: Invalidations,
+}
+
+/// Read-only store connections shared by the serving threads./// Read-only store connections shared by the serving threads.
 struct ConnectionPool {
     db: PathBuf,
     idle: Mutex<Vec<Store>>,
@@ -170,6 +211,9 @@ pub struct Library {
     pool: ConnectionPool,
     /// Tracks whose byte-identical serving was already logged.
     passthrough_logged: Mutex<HashSet<i64>>,
+    /// The change-log position the tree reflects; held while refreshing,
+    /// so refreshes run one at a time.
+    seen_seq: Mutex<i64>,
 }
 
 /// An open file: the layout resolved at open time and the backing file.
@@ -187,7 +231,9 @@ impl Library {
     /// Loads the store and renders the tree.
     pub fn load(db: &Path, config: ViewConfig) -> anyhow::Result<Library> {
         let store = Store::open_read_only(db)?;
-        let snapshot = Snapshot::load(&store).context("reading the store")?;
+        let (snapshot, seq) = store
+            .read_snapshot(|s| Ok((Snapshot::load(s)?, s.last_change_seq()?)))
+            .context("reading the store")?;
         let tree = snapshot.tree(&config);
         Ok(Library {
             config,
@@ -197,7 +243,64 @@ impl Library {
                 idle: Mutex::new(vec![store]),
             },
             passthrough_logged: Mutex::default(),
+            seen_seq: Mutex::new(seq),
         })
+    }
+
+    /// Brings the tree up to date with the store: only the tracks the
+    /// change log names since the last refresh are re-rendered, unless the
+    /// log was truncated past that point (then everything is).
+    pub fn refresh(&self) -> anyhow::Result<Refresh> {
+        let mut seen = self.seen_seq.lock().unwrap_or_else(|e| e.into_inner());
+        let since = *seen;
+        let pending = self
+            .pool
+            .with(|store| {
+                store
+                    .read_snapshot(|s| {
+                        let last = s.last_change_seq()?;
+                        if last <= since {
+                            return Ok(Pending::Nothing);
+                        }
+                        if s.first_change_seq()?.is_some_and(|first| first > since + 1) {
+                            return Ok(Pending::Rebuild(Box::new(Snapshot::load(s)?), last));
+                        }
+                        let mut changed = Vec::new();
+                        for id in s.tracks_changed_since(since)? {
+                            changed.push((id, load_placement(s, &self.config, id)?));
+                        }
+                        Ok(Pending::Tracks(changed, last))
+                    })
+                    .map_err(|e| io::Error::other(e.to_string()))
+            })
+            .context("reading the store's change log")?;
+        let mut out = Refresh::default();
+        match pending {
+            Pending::Nothing => {}
+            Pending::Rebuild(snapshot, last) => {
+                let new = snapshot.tree(&self.config);
+                let mut tree = self.tree.write().unwrap_or_else(|e| e.into_inner());
+                out.invalidations = tree.diff(&new);
+                out.tracks = snapshot.tracks.len();
+                out.rebuilt = true;
+                *tree = new;
+                *seen = last;
+            }
+            Pending::Tracks(changed, last) => {
+                let mut tree = self.tree.write().unwrap_or_else(|e| e.into_inner());
+                out.tracks = changed.len();
+                for (id, placement) in changed {
+                    tree.replace(file_ino(id), placement, &mut out.invalidations);
+                }
+                *seen = last;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The store this library serves.
+    pub fn db_path(&self) -> &Path {
+        &self.pool.db
     }
 
     pub fn config(&self) -> &ViewConfig {
@@ -300,6 +403,10 @@ impl Library {
             tracing::warn!("{}: read at {offset} failed: {e}", file.track.backing_path);
             eio()
         })?;
+        // Checked after reading: bytes read from a file rewritten meanwhile
+        // are never returned. (A file replaced by rename keeps serving the
+        // old inode, which is still consistent.)
+        check_stamps(&file.track, &file.backing)?;
         Ok(())
     }
 }
@@ -315,6 +422,13 @@ fn open_backing(track: &TrackRow) -> io::Result<File> {
             eio()
         }
     })?;
+    check_stamps(track, &backing)?;
+    Ok(backing)
+}
+
+/// EIO (and a log line) when the open backing file's size or mtime no
+/// longer match the scan: its offsets are stale.
+fn check_stamps(track: &TrackRow, backing: &File) -> io::Result<()> {
     let meta = backing.metadata().map_err(|_| eio())?;
     let now = crate::stamps(&meta);
     if now.size != track.stamps.size || now.mtime_ns != track.stamps.mtime_ns {
@@ -322,11 +436,11 @@ fn open_backing(track: &TrackRow) -> io::Result<File> {
             "{}: backing file changed since it was scanned (size {} -> {}); run `retagfs scan` again",
             track.backing_path,
             track.stamps.size,
-            meta.len()
+            now.size
         );
         return Err(eio());
     }
-    Ok(backing)
+    Ok(())
 }
 
 struct Sources<'a> {

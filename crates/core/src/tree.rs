@@ -12,6 +12,13 @@ pub const ROOT_INO: u64 = 1;
 const FILE_INO_BASE: u64 = 1;
 /// Directory inodes have this bit set (track ids never reach it).
 const DIR_BIT: u64 = 1 << 62;
+/// A rendered path as sanitized directory components and a file stem.
+fn split_path(path: &str) -> (Vec<String>, String) {
+    let mut comps: Vec<String> = path.split('/').filter_map(sanitize_component).collect();
+    let stem = comps.pop().unwrap_or_default();
+    (comps, stem)
+}
+
 /// Longest file name Linux file systems accept, in bytes.
 pub const NAME_MAX: usize = 255;
 
@@ -53,6 +60,17 @@ pub struct Tree {
     /// The next " (n)" to try per (directory, name): many tracks with the
     /// same name must not make each insertion probe every suffix again.
     next_suffix: HashMap<(u64, String), u32>,
+    /// The path each file's template rendered, so a refresh can tell a
+    /// moved file from one whose contents changed.
+    rendered: HashMap<u64, String>,
+}
+
+/// What the kernel must forget after the tree changed: directory entries
+/// (parent, name) and inodes whose attributes and cached pages are stale.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Invalidations {
+    pub entries: Vec<(u64, String)>,
+    pub inodes: Vec<u64>,
 }
 
 pub fn file_ino(track_id: i64) -> u64 {
@@ -128,6 +146,7 @@ impl Tree {
             nodes,
             dir_count: 1,
             next_suffix: HashMap::new(),
+            rendered: HashMap::new(),
         }
     }
 
@@ -140,14 +159,14 @@ impl Tree {
         let split: Vec<(Vec<String>, String, FileEntry)> = placements
             .into_iter()
             .map(|p| {
-                let mut comps: Vec<String> = p.path.split('/').filter_map(sanitize_component).collect();
-                let stem = comps.pop().unwrap_or_default();
+                let (comps, stem) = split_path(&p.path);
+                tree.rendered.insert(file_ino(p.file.track_id), p.path);
                 (comps, stem, p.file)
             })
             .collect();
         let dirs: Vec<u64> = split
             .iter()
-            .map(|(comps, _, _)| tree.ensure_dirs(comps))
+            .map(|(comps, _, _)| tree.ensure_dirs(comps, &mut Vec::new()))
             .collect();
         for ((_, stem, file), dir) in split.into_iter().zip(dirs) {
             tree.insert_file(dir, &stem, file);
@@ -155,16 +174,125 @@ impl Tree {
         tree
     }
 
-    fn ensure_dirs(&mut self, comps: &[String]) -> u64 {
+    /// Places one more track, creating its directories as needed. Returns
+    /// (parent, name) of every entry that is new.
+    pub fn place(&mut self, p: Placement) -> Vec<(u64, String)> {
+        let (comps, stem) = split_path(&p.path);
+        self.rendered.insert(file_ino(p.file.track_id), p.path);
+        let mut added = Vec::new();
+        let dir = self.ensure_dirs(&comps, &mut added);
+        let ino = self.insert_file(dir, &stem, p.file);
+        added.push((dir, self.nodes[&ino].name.clone()));
+        added
+    }
+
+    /// Applies a track's new placement: in place when its rendered path is
+    /// unchanged (name and inode kept), else removed and placed again.
+    pub fn replace(&mut self, ino: u64, p: Option<Placement>, out: &mut Invalidations) {
+        let existed = self.nodes.contains_key(&ino);
+        match p {
+            Some(p) if self.rendered.get(&ino) == Some(&p.path) => {
+                if let Some(Entry::File(f)) = self.nodes.get_mut(&ino).map(|n| &mut n.entry) {
+                    *f = p.file;
+                }
+            }
+            Some(p) => {
+                out.entries.extend(self.remove_file(ino));
+                out.entries.extend(self.place(p));
+            }
+            None => out.entries.extend(self.remove_file(ino)),
+        }
+        if existed {
+            out.inodes.push(ino);
+        }
+    }
+
+    /// What the kernel must forget when `self` is replaced by `new`.
+    pub fn diff(&self, new: &Tree) -> Invalidations {
+        let mut out = Invalidations::default();
+        for (ino, old) in &self.nodes {
+            match new.nodes.get(ino) {
+                Some(n) if n.parent == old.parent && n.name == old.name => {
+                    if let (Entry::File(a), Entry::File(b)) = (&old.entry, &n.entry) {
+                        if a != b {
+                            out.inodes.push(*ino);
+                        }
+                    }
+                }
+                other => {
+                    if *ino != ROOT_INO {
+                        out.entries.push((old.parent, old.name.clone()));
+                    }
+                    if other.is_some() {
+                        out.inodes.push(*ino);
+                    }
+                }
+            }
+        }
+        for (ino, n) in &new.nodes {
+            let same = self
+                .nodes
+                .get(ino)
+                .is_some_and(|o| o.parent == n.parent && o.name == n.name);
+            if !same && *ino != ROOT_INO {
+                out.entries.push((n.parent, n.name.clone()));
+            }
+        }
+        out
+    }
+
+    /// Removes a file and the directories it leaves empty. Returns (parent,
+    /// name) of every entry that went away.
+    pub fn remove_file(&mut self, ino: u64) -> Vec<(u64, String)> {
+        let mut removed = Vec::new();
+        if !matches!(self.nodes.get(&ino).map(|n| &n.entry), Some(Entry::File(_))) {
+            return removed;
+        }
+        self.rendered.remove(&ino);
+        let mut victim = ino;
+        while victim != ROOT_INO {
+            let Some(node) = self.nodes.remove(&victim) else {
+                break;
+            };
+            if matches!(node.entry, Entry::Dir { .. }) {
+                self.dir_count -= 1;
+            }
+            let parent_empty = match self.nodes.get_mut(&node.parent).map(|n| &mut n.entry) {
+                Some(Entry::Dir { children }) => {
+                    children.remove(&node.name);
+                    children.is_empty()
+                }
+                _ => false,
+            };
+            removed.push((node.parent, node.name));
+            if !parent_empty {
+                break;
+            }
+            victim = node.parent;
+        }
+        removed
+    }
+
+    /// The directory for these components, created as needed; new entries
+    /// are pushed to `added`.
+    fn ensure_dirs(&mut self, comps: &[String], added: &mut Vec<(u64, String)>) -> u64 {
         let mut dir = ROOT_INO;
         let mut path = String::new();
         for comp in comps {
-            let name = truncate_utf8(comp, NAME_MAX).trim_end().to_string();
+            let mut name = truncate_utf8(comp, NAME_MAX).trim_end().to_string();
+            // A file placed earlier (by a refresh) may hold the name.
+            while matches!(
+                self.child(dir, &name).map(|i| &self.nodes[&i].entry),
+                Some(Entry::File(_))
+            ) {
+                name = format!("{} (dir)", truncate_utf8(&name, NAME_MAX - 6));
+            }
             path.push('/');
             path.push_str(&name);
             dir = match self.child(dir, &name) {
-                Some(ino) if matches!(self.nodes[&ino].entry, Entry::Dir { .. }) => ino,
+                Some(ino) => ino,
                 _ => {
+                    added.push((dir, name.clone()));
                     let ino = self.free_dir_ino(&path);
                     self.add_child(
                         dir,

@@ -18,11 +18,13 @@ use fuser::{
     MountOption, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
     ReplyOpen, ReplyStatfs, Request, Session, SessionACL,
 };
-use retagfs_core::tree::{Entry, Node};
+use retagfs_core::tree::{Entry, Invalidations, Node};
+use retagfs_core::watch::Watcher;
 use retagfs_core::{Library, OpenFile};
 
-/// How long the kernel may cache names and attributes.
-const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may cache entries and attributes. Long, because a
+/// refresh tells the kernel what to forget as soon as the store changes.
+const TTL: Duration = Duration::from_secs(60);
 /// Preferred I/O size reported in `stat`.
 const BLOCK_SIZE: u32 = 128 * 1024;
 
@@ -32,6 +34,7 @@ type Job = Box<dyn FnOnce() + Send>;
 pub struct RetagFs {
     lib: Arc<Library>,
     handles: Arc<Mutex<HashMap<u64, Arc<OpenFile>>>>,
+    page_cache: Arc<PageCache>,
     next_handle: AtomicU64,
     io: Sender<Job>,
     uid: u32,
@@ -78,6 +81,7 @@ impl RetagFs {
         RetagFs {
             lib,
             handles: Arc::default(),
+            page_cache: Arc::default(),
             next_handle: AtomicU64::new(1),
             io: tx,
             uid,
@@ -147,14 +151,15 @@ impl Filesystem for RetagFs {
             return;
         }
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        let (lib, handles) = (self.lib.clone(), self.handles.clone());
+        let (lib, handles, cache) = (self.lib.clone(), self.handles.clone(), self.page_cache.clone());
         self.spawn(move || match lib.open(ino.0) {
             Ok(file) => {
+                let flags = cache.opened(ino.0, file.track.content_version);
                 handles
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .insert(fh, Arc::new(file));
-                reply.opened(FileHandle(fh), FopenFlags::empty());
+                reply.opened(FileHandle(fh), flags);
             }
             Err(e) => reply.error(errno_of(&e)),
         });
@@ -193,17 +198,21 @@ impl Filesystem for RetagFs {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.handles
+        let file = self
+            .handles
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&fh.0);
+        if let Some(file) = file {
+            self.page_cache.released(ino.0, file.track.content_version);
+        }
         reply.ok();
     }
 
@@ -275,6 +284,7 @@ impl Filesystem for RetagFs {
 /// (by `unmount` from another thread, or `fusermount3 -u` / `umount`).
 pub struct Mount {
     session: Session<RetagFs>,
+    watcher: Watcher,
 }
 
 /// Unmounts a running [`Mount`] from another thread (signal handler).
@@ -301,9 +311,13 @@ impl Mount {
             options.acl = SessionACL::All;
         }
         options.n_threads = Some(2);
-        let fs = RetagFs::new(lib, config);
+        let fs = RetagFs::new(lib.clone(), config);
         let session = Session::new(fs, mountpoint, &options)?;
-        Ok(Mount { session })
+        let notifier = session.notifier();
+        let db = lib.db_path().to_path_buf();
+        let watcher = Watcher::spawn(lib, &db, move |r| forget(&notifier, &r.invalidations))
+            .map_err(|e| io::Error::other(format!("watching the store: {e:#}")))?;
+        Ok(Mount { session, watcher })
     }
 
     pub fn unmounter(&mut self) -> Unmounter {
@@ -312,7 +326,66 @@ impl Mount {
 
     /// Serves requests until unmounted.
     pub fn run(self) -> io::Result<()> {
-        self.session.run()
+        let result = self.session.run();
+        self.watcher.stop();
+        result
+    }
+}
+
+/// Tells the kernel to forget stale entries and inodes. An entry or inode
+/// the kernel never looked up is not an error.
+fn forget(notifier: &fuser::Notifier, inv: &Invalidations) {
+    for (parent, name) in &inv.entries {
+        let _ = notifier.inval_entry(INodeNo(*parent), OsStr::new(name));
+    }
+    for &ino in &inv.inodes {
+        let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
+    }
+}
+
+/// Which version of each file the kernel's page cache may hold, so that no
+/// reader ever gets pages of two versions: a handle opened while handles of
+/// another version are open bypasses the cache (direct I/O); otherwise the
+/// cache is kept only when it holds this very version.
+#[derive(Default)]
+struct PageCache {
+    inodes: Mutex<HashMap<u64, CacheState>>,
+}
+
+#[derive(Default)]
+struct CacheState {
+    /// Open handles per content version.
+    open: HashMap<i64, usize>,
+    /// The version whose pages the cache may hold.
+    cached: Option<i64>,
+}
+
+impl PageCache {
+    fn opened(&self, ino: u64, version: i64) -> FopenFlags {
+        let mut inodes = self.inodes.lock().unwrap_or_else(|e| e.into_inner());
+        let state = inodes.entry(ino).or_default();
+        let others_open = state.open.iter().any(|(&v, &n)| v != version && n > 0);
+        *state.open.entry(version).or_default() += 1;
+        if others_open {
+            return FopenFlags::FOPEN_DIRECT_IO;
+        }
+        let keep = state.cached == Some(version);
+        state.cached = Some(version);
+        if keep {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        }
+    }
+
+    fn released(&self, ino: u64, version: i64) {
+        let mut inodes = self.inodes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(state) = inodes.get_mut(&ino) {
+            if let Some(n) = state.open.get_mut(&version) {
+                *n = n.saturating_sub(1);
+            }
+            state.open.retain(|_, n| *n > 0);
+        }
     }
 }
 
@@ -320,6 +393,22 @@ impl Mount {
 mod tests {
     use super::*;
     use retagfs_core::tree::ROOT_INO;
+
+    #[test]
+    fn page_cache_never_mixes_versions() {
+        let c = PageCache::default();
+        // First open: the cache may hold anything, so it is dropped.
+        assert_eq!(c.opened(5, 1), FopenFlags::empty());
+        // Same version again: keep it.
+        assert_eq!(c.opened(5, 1), FopenFlags::FOPEN_KEEP_CACHE);
+        // A new version while version 1 is still open: bypass the cache.
+        assert_eq!(c.opened(5, 2), FopenFlags::FOPEN_DIRECT_IO);
+        c.released(5, 1);
+        c.released(5, 1);
+        // Version 1 closed; the cache may still hold its pages: drop them.
+        assert_eq!(c.opened(5, 2), FopenFlags::empty());
+        assert_eq!(c.opened(5, 2), FopenFlags::FOPEN_KEEP_CACHE);
+    }
 
     #[test]
     fn root_inode_matches_fuse_root() {

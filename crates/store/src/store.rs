@@ -168,6 +168,43 @@ impl Store {
         Ok(n as u64)
     }
 
+    /// The newest change-log sequence number (0 for an empty log).
+    pub fn last_change_seq(&self) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row("SELECT coalesce(max(seq), 0) FROM changes", [], |r| r.get(0))?)
+    }
+
+    /// The oldest change-log entry still kept, if any.
+    pub fn first_change_seq(&self) -> Result<Option<i64>> {
+        Ok(self
+            .conn
+            .query_row("SELECT min(seq) FROM changes", [], |r| r.get(0))?)
+    }
+
+    /// The tracks named by change-log entries after `seq`.
+    pub fn tracks_changed_since(&self, seq: i64) -> Result<Vec<i64>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT DISTINCT track_id FROM changes WHERE seq > ?1")?;
+        let rows = stmt.query_map([seq], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// SQLite's `data_version`: changes when another connection commits.
+    pub fn data_version(&self) -> Result<i64> {
+        Ok(self.conn.pragma_query_value(None, "data_version", |r| r.get(0))?)
+    }
+
+    /// Runs `f` inside one read transaction, so everything it reads comes
+    /// from the same committed state.
+    pub fn read_snapshot<T>(&self, f: impl FnOnce(&Store) -> Result<T>) -> Result<T> {
+        let tx = self.conn.unchecked_transaction()?;
+        let out = f(self)?;
+        tx.commit()?;
+        Ok(out)
+    }
+
     /// The distinct formats of the tracks in the store.
     pub fn formats(&self) -> Result<Vec<Format>> {
         let mut stmt = self.conn.prepare("SELECT DISTINCT format FROM tracks")?;
@@ -355,6 +392,15 @@ impl Store {
             out.entry(id).or_default().push(part);
         }
         Ok(out)
+    }
+
+    /// (type, body length) of one track's FLAC blocks.
+    pub fn flac_block_lengths(&self, track_id: i64) -> Result<Vec<(u8, u64)>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT block_type, length(data) FROM flac_blocks WHERE track_id = ?1 ORDER BY position",
+        )?;
+        let rows = stmt.query_map([track_id], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// Total length of the FLAC structural blocks of every track, so sizes
