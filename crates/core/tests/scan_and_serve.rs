@@ -262,3 +262,107 @@ fn synthesized_files_are_consistent_at_any_offset_and_probe_back() {
         );
     }
 }
+
+fn path_of(lib: &Library, track_id: i64) -> Option<String> {
+    lib.tree().path(file_ino(track_id))
+}
+
+/// Edits reach the tree through the change log, one track at a time; a
+/// truncated log falls back to a rebuild that agrees with a fresh load.
+#[test]
+fn refresh_follows_edits_removals_and_a_truncated_log() {
+    let (dir, db_path, mut db) = scanned();
+    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    assert_eq!(lib.refresh().unwrap().tracks, 0);
+
+    let flac = db
+        .resolve_track(dir.path().join("tagged.flac").to_str().unwrap())
+        .unwrap();
+    let before = path_of(&lib, flac.id).unwrap();
+    let tx = db.write().unwrap();
+    store::set_tag(&tx, flac.id, "title", &["Live".into()]).unwrap();
+    tx.commit().unwrap();
+    let r = lib.refresh().unwrap();
+    assert_eq!((r.tracks, r.rebuilt), (1, false));
+    let after = path_of(&lib, flac.id).unwrap();
+    assert_eq!(after, "Fixture Band/Fixture Album/03 Live.flac");
+    let album = lib.tree().get(file_ino(flac.id)).unwrap().parent;
+    assert!(
+        r.invalidations
+            .entries
+            .contains(&(album, "03 Fixture Song.flac".into())),
+        "{r:?}"
+    );
+    assert!(r.invalidations.inodes.contains(&file_ino(flac.id)));
+    assert_ne!(before, after);
+
+    // A size change shows in the tree without reopening.
+    let size_before = match &lib.tree().get(file_ino(flac.id)).unwrap().entry {
+        Entry::File(f) => f.size,
+        _ => unreachable!(),
+    };
+    let tx = db.write().unwrap();
+    store::set_tag(&tx, flac.id, "comment", &["x".repeat(1000)]).unwrap();
+    tx.commit().unwrap();
+    lib.refresh().unwrap();
+    match &lib.tree().get(file_ino(flac.id)).unwrap().entry {
+        Entry::File(f) => assert!(f.size > size_before + 1000),
+        _ => unreachable!(),
+    }
+
+    // Removing the only track of a directory removes the directory too.
+    let mp3 = db
+        .resolve_track(dir.path().join("tagged.mp3").to_str().unwrap())
+        .unwrap();
+    let tx = db.write().unwrap();
+    store::remove_track(&tx, mp3.id).unwrap();
+    tx.commit().unwrap();
+    lib.refresh().unwrap();
+    assert!(path_of(&lib, mp3.id).is_none());
+    assert!(!lib
+        .tree()
+        .file_paths()
+        .iter()
+        .any(|p| p.starts_with("MP3 Artist")));
+
+    // The log truncated past what the library saw: a full rebuild.
+    db.conn().execute("DELETE FROM changes", []).unwrap();
+    let tx = db.write().unwrap();
+    store::set_tag(&tx, flac.id, "title", &["Rebuilt".into()]).unwrap();
+    tx.commit().unwrap();
+    db.conn().execute("DELETE FROM changes", []).unwrap();
+    let tx = db.write().unwrap();
+    store::set_tag(&tx, flac.id, "album", &["New Album".into()]).unwrap();
+    tx.commit().unwrap();
+    let r = lib.refresh().unwrap();
+    assert!(r.rebuilt);
+    let fresh = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    assert_eq!(lib.tree().file_paths(), fresh.tree().file_paths());
+    assert_eq!(
+        path_of(&lib, flac.id).unwrap(),
+        "Fixture Band/New Album/03 Rebuilt.flac"
+    );
+}
+
+/// A file opened before a retag keeps serving the version it opened.
+#[test]
+fn open_handle_keeps_its_version_across_a_retag() {
+    let (dir, db_path, mut db) = scanned();
+    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    let t = db
+        .resolve_track(dir.path().join("tagged.ogg").to_str().unwrap())
+        .unwrap();
+    let old = read_all(&lib, file_ino(t.id));
+    let file = lib.open(file_ino(t.id)).unwrap();
+    let mut first = Vec::new();
+    lib.read(&file, 0, 3000, &mut first).unwrap();
+    let tx = db.write().unwrap();
+    store::set_tag(&tx, t.id, "title", &["A much longer title than before".into()]).unwrap();
+    tx.commit().unwrap();
+    lib.refresh().unwrap();
+    let mut rest = Vec::new();
+    lib.read(&file, 3000, old.len(), &mut rest).unwrap();
+    first.extend_from_slice(&rest);
+    assert_eq!(first, old);
+    assert_ne!(read_all(&lib, file_ino(t.id)), old);
+}
