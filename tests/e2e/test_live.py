@@ -1,0 +1,107 @@
+"""End-to-end: the mount follows the store while mounted: CLI edits, raw
+SQL edits per docs/store.md, re-scans; readers never see mixed versions."""
+
+import json
+import os
+import shutil
+import sqlite3
+import time
+
+from conftest import FIXTURES, run
+
+
+def export(db):
+    return {t["backing_path"]: t for t in json.loads(run("export", "--db", str(db)).stdout)}
+
+
+def wait_for(predicate, timeout=5.0):
+    """Seconds until predicate() held; fails after `timeout`."""
+    start = time.perf_counter()
+    while not predicate():
+        assert time.perf_counter() - start < timeout, "not visible within %.0f s" % timeout
+        time.sleep(0.002)
+    return time.perf_counter() - start
+
+
+def test_cli_edit_shows_up_without_remount(store, library, mount):
+    m = mount(store, "-v")
+    flac = export(store)[str(library / "tagged.flac")]
+    album = os.path.join(m.mnt, "Fixture Band", "Fixture Album")
+    before = set(os.listdir(album))  # the kernel caches the listing
+    old_name = os.path.basename(flac["path"])
+    old_size = os.path.getsize(os.path.join(album, old_name))
+    run("tag", "--db", str(store), "set", str(library / "tagged.flac"), "title=Live Édit")
+    new = os.path.join(album, "03 Live Édit.flac")
+    wait_for(lambda: os.path.exists(new))
+    # Only the edited track moved; its copy keeps its name.
+    assert set(os.listdir(album)) == before - {old_name} | {"03 Live Édit.flac"}
+    assert os.path.getsize(new) != old_size
+    assert len(open(new, "rb").read()) == os.path.getsize(new)
+    log = m.stop()
+    assert "refresh: 1 track(s) changed" in log, log
+
+
+def test_raw_sql_edit_per_store_contract_shows_up(store, mount):
+    m = mount(store)
+    tracks = export(store)
+    mp3 = next(t for t in tracks.values() if t["format"] == "mp3")
+    with sqlite3.connect(str(store)) as db:
+        db.execute("UPDATE tags SET value = 'Raw SQL Title' WHERE track_id = ? AND key = 'title'", (mp3["id"],))
+    new = os.path.join(m.mnt, os.path.dirname(mp3["path"]), "04 Raw SQL Title.mp3")
+    wait_for(lambda: os.path.exists(new))
+    assert not os.path.exists(os.path.join(m.mnt, mp3["path"]))
+
+
+def test_reader_during_retag_gets_one_consistent_version(store, library, mount):
+    m = mount(store)
+    flac = next(t for t in export(store).values() if t["backing_path"].endswith("/tagged.flac"))
+    path = os.path.join(m.mnt, flac["path"])
+    whole_before = open(path, "rb").read()
+    with open(path, "rb", buffering=0) as f:
+        got = f.read(4096)
+        run("tag", "--db", str(store), "set", str(flac["id"]), "title=Changed While Playing",
+            "comment=" + "long " * 500)
+        time.sleep(0.2)  # let the refresh run
+        while chunk := f.read(4096):
+            got += chunk
+    assert got == whole_before
+    # A new open sees the new version, whole.
+    new = os.path.join(os.path.dirname(path), "03 Changed While Playing.flac")
+    wait_for(lambda: os.path.exists(new))
+    data = open(new, "rb").read()
+    assert len(data) == os.path.getsize(new) and data != whole_before
+
+
+def test_rescan_while_mounted_adds_and_removes(store, library, mount):
+    m = mount(store)
+    shutil.copy(os.path.join(FIXTURES, "tagged.mp3"), library / "added.mp3")
+    run("tag", "--db", str(store), "set", str(library / "tagged.mp3"), "title=Original")
+    run("scan", str(library), "--db", str(store))
+    added = os.path.join(m.mnt, "MP3 Artist", "Fixture Album", "04 MP3 Song.mp3")
+    wait_for(lambda: os.path.exists(added))
+    os.remove(library / "added.mp3")
+    run("scan", str(library), "--db", str(store), "--prune")
+    wait_for(lambda: not os.path.exists(added))
+    assert os.path.exists(os.path.join(m.mnt, "MP3 Artist", "Fixture Album", "04 Original.mp3"))
+
+
+def test_backing_file_rewritten_while_mounted_is_eio_not_stale_bytes(store, library, mount):
+    m = mount(store)
+    wav = next(t for t in export(store).values() if t["format"] == "wav")
+    path = os.path.join(m.mnt, wav["path"])
+    with open(path, "rb", buffering=0) as f:
+        # Opened while intact, truncated before anything is read (and cached).
+        with open(wav["backing_path"], "r+b") as b:
+            b.truncate(1000)
+        try:
+            f.read(100000)
+            raise AssertionError("read after truncation succeeded")
+        except OSError as e:
+            assert e.errno == 5
+    try:
+        open(path, "rb").read()
+        raise AssertionError("open after truncation succeeded")
+    except OSError as e:
+        assert e.errno == 5
+    log = m.stop()
+    assert "backing file changed since it was scanned" in log
