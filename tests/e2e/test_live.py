@@ -105,3 +105,34 @@ def test_backing_file_rewritten_while_mounted_is_eio_not_stale_bytes(store, libr
         assert e.errno == 5
     log = m.stop()
     assert "backing file changed since it was scanned" in log
+
+
+def change_count(db):
+    with sqlite3.connect(str(db)) as c:
+        return c.execute("SELECT count(*) FROM changes").fetchone()[0]
+
+
+def test_import_round_trip_is_a_noop_and_edits_apply_atomically(store, tmp_path, mount):
+    exported = run("export", "--db", str(store)).stdout
+    (tmp_path / "same.json").write_text(exported)
+    before = change_count(store)
+    p = run("import", "--db", str(store), str(tmp_path / "same.json"))
+    assert "0 change(s)" in p.stderr and change_count(store) == before
+
+    m = mount(store)
+    tracks = json.loads(exported)
+    edits = [{"id": t["id"], "tags": {"album": "Imported Album", "genre": None}} for t in tracks]
+    # One bad entry at the end: nothing at all is applied.
+    bad = edits + [{"backing_path": "/nowhere.flac", "tags": {"title": "x"}}]
+    (tmp_path / "bad.json").write_text(json.dumps(bad, indent=1))
+    p = run("import", "--db", str(store), str(tmp_path / "bad.json"), check=False)
+    assert p.returncode == 2 and "no track with backing_path" in p.stderr and "line " in p.stderr
+    assert change_count(store) == before
+
+    dry = run("import", "--db", str(store), "-", "--dry-run", input=json.dumps(edits))
+    assert "Imported Album" in dry.stdout and change_count(store) == before
+    run("import", "--db", str(store), "-", input=json.dumps(edits))
+    after = export(store)
+    assert all(t["tags"]["album"] == ["Imported Album"] and "genre" not in t["tags"] for t in after.values())
+    wait_for(lambda: os.path.isdir(os.path.join(m.mnt, "Fixture Band", "Imported Album")))
+    assert not os.path.exists(os.path.join(m.mnt, "Fixture Band", "Fixture Album"))

@@ -36,6 +36,21 @@ pub enum Command {
     Tag(TagArgs),
     /// Set or remove a track's pictures in the store.
     Art(ArtArgs),
+    /// Apply bulk tag edits from JSON in the shape `export` prints, in one
+    /// transaction: tracks matched by `id` or `backing_path`; each key of
+    /// `tags` replaces that key's values (a string, a list, or null to remove).
+    Import(ImportArgs),
+}
+
+#[derive(Args)]
+pub struct ImportArgs {
+    #[arg(long)]
+    pub db: PathBuf,
+    /// The JSON file, or - for standard input.
+    pub file: PathBuf,
+    /// Print what would change; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Args)]

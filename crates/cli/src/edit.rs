@@ -49,7 +49,7 @@ fn picture_type(s: &str) -> Result<u8, UsageError> {
         })
 }
 
-fn key(raw: &str) -> Result<String, UsageError> {
+pub(crate) fn key(raw: &str) -> Result<String, UsageError> {
     keys::canonical_key(raw).ok_or_else(|| UsageError(format!("{raw:?} is not a valid tag key")))
 }
 

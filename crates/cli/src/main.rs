@@ -3,6 +3,7 @@
 mod args;
 mod edit;
 mod export;
+mod import;
 mod mount;
 mod scan;
 
@@ -70,6 +71,7 @@ fn main() -> ExitCode {
         Command::Export(a) => export::run(a),
         Command::Tag(a) => edit::tag(a),
         Command::Art(a) => edit::art(a),
+        Command::Import(a) => import::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
