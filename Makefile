@@ -7,7 +7,7 @@ APT_PACKAGES := fuse3 pkg-config ffmpeg flac lame vorbis-tools opus-tools sox py
 CARGO := $(shell command -v cargo || echo $$HOME/.cargo/bin/cargo)
 BIN := target/release/retagfs
 
-.PHONY: all deps build test lint unit e2e demo fixtures clean
+.PHONY: all deps build test lint unit e2e demo fixtures clean bench
 
 all: build
 
@@ -44,8 +44,14 @@ test: deps lint unit e2e
 demo: build
 	bash scripts/demo.sh
 
+# Live-refresh figures for 100 to 100k tracks (prints a table; not a test).
+bench: build
+	python3 scripts/bench-refresh.py
+
 fixtures:
 	bash tests/fixtures/make-fixtures.sh
+	bash tests/fixtures-passthrough/make-fixtures.sh
+	python3 tests/fixtures-odd/make-fixtures.py
 
 clean:
 	$(CARGO) clean
