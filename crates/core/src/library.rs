@@ -162,6 +162,9 @@ fn load_placement(store: &Store, config: &ViewConfig, id: i64) -> retagfs_store:
     Ok(Some(placement(config, &t, &tags, &art, &blocks, &parts)))
 }
 
+/// Changed tracks beyond which a refresh reloads everything in bulk.
+const REBUILD_ABOVE: usize = 5000;
+
 /// What a refresh found in the store's change log.
 enum Pending {
     Nothing,
@@ -176,7 +179,8 @@ enum Pending {
 pub struct Refresh {
     /// Tracks re-rendered (every track for a rebuild).
     pub tracks: usize,
-    /// Whether the change log was truncated and the tree rebuilt.
+    /// Whether the tree was rebuilt (change log truncated past its
+    /// position, or too many tracks changed to load one by one).
     pub rebuilt: bool,
     /// What the kernel must forget.
     pub invalidations: Invalidations,
@@ -265,8 +269,13 @@ impl Library {
                         if s.first_change_seq()?.is_some_and(|first| first > since + 1) {
                             return Ok(Pending::Rebuild(Box::new(Snapshot::load(s)?), last));
                         }
+                        let ids = s.tracks_changed_since(since)?;
+                        // Many tracks load faster in bulk than one by one.
+                        if ids.len() > REBUILD_ABOVE {
+                            return Ok(Pending::Rebuild(Box::new(Snapshot::load(s)?), last));
+                        }
                         let mut changed = Vec::new();
-                        for id in s.tracks_changed_since(since)? {
+                        for id in ids {
                             changed.push((id, load_placement(s, &self.config, id)?));
                         }
                         Ok(Pending::Tracks(changed, last))

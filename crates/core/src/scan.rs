@@ -213,6 +213,9 @@ fn under_roots(path: &str, roots: &[PathBuf]) -> bool {
 }
 
 /// Scans `opts.roots` into the store.
+/// Change-log entries a scan keeps; a mount further behind rebuilds.
+const CHANGE_LOG_KEEP: i64 = 1_000_000;
+
 pub fn scan(db: &mut Store, opts: &ScanOptions, progress: &dyn Fn(Progress)) -> anyhow::Result<ScanSummary> {
     let started = Instant::now();
     let roots = check_roots(&opts.roots)?;
@@ -288,6 +291,7 @@ pub fn scan(db: &mut Store, opts: &ScanOptions, progress: &dyn Fn(Progress)) -> 
     } else {
         summary.missing = still_missing.len() as u64;
     }
+    store::trim_change_log(&tx, CHANGE_LOG_KEEP)?;
     tx.commit()?;
     summary.elapsed = started.elapsed();
     Ok(summary)

@@ -672,6 +672,15 @@ pub fn set_tag(tx: &Transaction<'_>, id: i64, key: &str, values: &[String]) -> R
     add_tag(tx, id, key, values)
 }
 
+/// Drops all but the newest `keep` change-log entries.
+pub fn trim_change_log(tx: &Transaction<'_>, keep: i64) -> Result<()> {
+    tx.execute(
+        "DELETE FROM changes WHERE seq <= (SELECT max(seq) FROM changes) - ?1",
+        [keep],
+    )?;
+    Ok(())
+}
+
 /// Appends values to `key`.
 pub fn add_tag(tx: &Transaction<'_>, id: i64, key: &str, values: &[String]) -> Result<()> {
     let pairs: Vec<(String, String)> = values.iter().map(|v| (key.to_string(), v.clone())).collect();
