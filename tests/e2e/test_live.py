@@ -136,3 +136,16 @@ def test_import_round_trip_is_a_noop_and_edits_apply_atomically(store, tmp_path,
     assert all(t["tags"]["album"] == ["Imported Album"] and "genre" not in t["tags"] for t in after.values())
     wait_for(lambda: os.path.isdir(os.path.join(m.mnt, "Fixture Band", "Imported Album")))
     assert not os.path.exists(os.path.join(m.mnt, "Fixture Band", "Fixture Album"))
+
+
+def test_same_path_new_size_is_seen_at_once_despite_long_cache_timeouts(store, library, mount):
+    m = mount(store)
+    mp3 = next(t for t in export(store).values() if t["format"] == "mp3")
+    path = os.path.join(m.mnt, mp3["path"])
+    old = open(path, "rb").read()  # attributes and pages now cached
+    assert os.path.getsize(path) == len(old)
+    run("tag", "--db", str(store), "set", str(mp3["id"]), "comment=" + "x" * 5000)
+    wait_for(lambda: os.path.getsize(path) != len(old))
+    new = open(path, "rb").read()
+    assert len(new) == os.path.getsize(path) and len(new) > len(old) + 5000
+    assert new.endswith(old[-1000:])  # the audio, untouched
