@@ -116,9 +116,10 @@ pub struct MountArgs {
     /// need `user_allow_other` in /etc/fuse.conf.
     #[arg(long)]
     pub allow_other: bool,
-    /// Threads that read backing files and art.
+    /// Threads answering the kernel's requests; opens and reads wait on the
+    /// backing files, so slow (network) storage wants more.
     #[arg(long, default_value_t = 8)]
-    pub io_threads: usize,
+    pub threads: usize,
     /// ID3v2 version of the tags served in MP3 files and WAV `id3 ` chunks:
     /// 4 (UTF-8, the default) or 3 (UTF-16, for players that cannot read v2.4).
     #[arg(long, value_name = "3|4", default_value_t = 4, value_parser = clap::value_parser!(u8).range(3..=4))]

@@ -68,7 +68,7 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
     }
     let files = lib.tree().file_count();
     let mount_config = MountConfig {
-        io_threads: a.io_threads,
+        threads: a.threads,
         allow_other: a.allow_other,
     };
     let mut mount = Mount::new(lib, &a.mountpoint, &mount_config).with_context(|| {

@@ -9,7 +9,7 @@ own title), it mounts the store and measures:
       until the new path is visible with stat (median of 20 retags).
 Single-track figures should stay flat as the library grows.
 
-Usage: scripts/bench-refresh.py [--sizes 100,1000,10000,100000] [--work DIR]
+Usage: scripts/bench_refresh.py [--sizes 100,1000,10000,100000] [--work DIR]
 """
 
 import argparse

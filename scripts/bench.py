@@ -1,0 +1,394 @@
+#!/usr/bin/env python3
+"""The benchmark suite (not a test: it prints figures and asserts nothing).
+
+Generates its libraries, then measures retagfs beside the same operation done
+directly on the backing files in the same run, as a ratio:
+
+  scan      first scan and re-scan of 20k tiny FLACs (2,000 artists x 10
+            tracks), first scan of 200 mixed-format tracks; peak RSS
+  mount     mount to the end of the first `ls` of the root
+  walk      `find -type f` over the mount, first and repeated
+  stat      stat of every file on a fresh mount; daemon RSS afterwards
+  read      sequential (1 MiB) and random 4 KiB reads of large files per
+            format, synthesis and structure-only, cold (drop_caches) and
+            repeated
+  refresh   single-track retag -> new path visible (see bench_refresh.py)
+
+Usage: scripts/bench.py [--tracks 20000] [--work DIR] [--runs 3] [--only AREA,...]
+Needs root for drop_caches (cold rows are skipped otherwise, and say so).
+"""
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_refresh  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = bench_refresh.BIN
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+
+
+def sh(*cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
+
+
+def timed(fn, runs):
+    """(median, min, max) seconds of `runs` calls of fn."""
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), min(times), max(times)
+
+
+def drop_caches():
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# ---------------------------------------------------------------- libraries
+
+def vorbis_comment(tags):
+    vendor = b"bench"
+    out = struct.pack("<I", len(vendor)) + vendor + struct.pack("<I", len(tags))
+    for k, v in tags:
+        e = f"{k}={v}".encode()
+        out += struct.pack("<I", len(e)) + e
+    return out
+
+
+def tiny_flac_parts(work):
+    """STREAMINFO body and audio frames of a 50 ms FLAC."""
+    wav, flac = os.path.join(work, "t.wav"), os.path.join(work, "t.flac")
+    sh("sox", "-n", "-r", "8000", "-c", "1", "-b", "16", wav, "synth", "0.05", "sine", "440")
+    sh("flac", "-s", "-f", "--no-padding", "--no-seektable", "-o", flac, wav)
+    d = open(flac, "rb").read()
+    pos, streaminfo = 4, None
+    while True:
+        last, kind, n = d[pos] & 0x80, d[pos] & 0x7F, int.from_bytes(d[pos + 1:pos + 4], "big")
+        if kind == 0:
+            streaminfo = d[pos + 4:pos + 4 + n]
+        pos += 4 + n
+        if last:
+            return streaminfo, d[pos:]
+
+
+def make_flac_library(work, n):
+    lib = os.path.join(work, f"flac-{n}")
+    if os.path.isdir(lib):
+        return lib
+    streaminfo, frames = tiny_flac_parts(work)
+    tmp = lib + ".tmp"
+    for i in range(n):
+        artist, track = i // 10, i % 10 + 1
+        d = os.path.join(tmp, f"Artist {artist:05d}", f"Album {artist:05d}")
+        os.makedirs(d, exist_ok=True)
+        comment = vorbis_comment([("ARTIST", f"Artist {artist:05d}"), ("ALBUM", f"Album {artist:05d}"),
+                                  ("TITLE", f"Song {i}"), ("TRACKNUMBER", str(track)), ("DATE", "2020")])
+        body = (b"fLaC" + bytes([0]) + len(streaminfo).to_bytes(3, "big") + streaminfo
+                + bytes([0x84]) + len(comment).to_bytes(3, "big") + comment + frames)
+        with open(os.path.join(d, f"{track:02d}.flac"), "wb") as f:
+            f.write(body)
+    os.rename(tmp, lib)
+    return lib
+
+
+def make_mixed_library(work, n=200):
+    lib = os.path.join(work, "mixed")
+    if os.path.isdir(lib):
+        return lib
+    names = [f for f in sorted(os.listdir(FIXTURES)) if f.split(".")[-1] in ("flac", "mp3", "m4a", "ogg", "opus", "wav")
+             and f != "truncated.flac"]
+    for i in range(n):
+        d = os.path.join(lib + ".tmp", f"folder {i // 20}")
+        os.makedirs(d, exist_ok=True)
+        src = names[i % len(names)]
+        shutil.copy(os.path.join(FIXTURES, src), os.path.join(d, f"{i} {src}"))
+    os.rename(lib + ".tmp", lib)
+    return lib
+
+
+def make_large_files(work, seconds=120):
+    """One large file per format (2 minutes of stereo 44.1 kHz)."""
+    lib = os.path.join(work, "large")
+    if os.path.isdir(lib):
+        return lib
+    tmp = lib + ".tmp"
+    os.makedirs(tmp)
+    wav = os.path.join(tmp, "big.wav")
+    sh("sox", "-n", "-r", "44100", "-c", "2", "-b", "16", wav, "synth", str(seconds), "pinknoise", "gain", "-12")
+    cover = os.path.join(FIXTURES, "cover.png")
+    sh("flac", "-s", "-f", "-T", "TITLE=Big FLAC", f"--picture=3|image/png|||{cover}", "-o",
+       os.path.join(tmp, "big.flac"), wav)
+    sh("lame", "--quiet", "-b", "320", "--tt", "Big MP3", wav, os.path.join(tmp, "big.mp3"))
+    sh("ffmpeg", "-v", "error", "-y", "-i", wav, "-c:a", "aac", "-b:a", "256k", "-metadata", "title=Big M4A",
+       "-movflags", "+faststart", os.path.join(tmp, "big.m4a"))
+    sh("oggenc", "-Q", "-q", "8", "-t", "Big Vorbis", "-o", os.path.join(tmp, "big.ogg"), wav)
+    sh("opusenc", "--quiet", "--bitrate", "256", "--title", "Big Opus", wav, os.path.join(tmp, "big.opus"))
+    sh("ffmpeg", "-v", "error", "-y", "-i", wav, "-c:a", "pcm_s16le", "-metadata", "title=Big WAV",
+       os.path.join(tmp, "big2.wav"))
+    os.remove(wav)
+    os.rename(os.path.join(tmp, "big2.wav"), os.path.join(tmp, "big.wav"))
+    os.rename(tmp, lib)
+    return lib
+
+
+# ------------------------------------------------------------------ mounts
+
+def scan(lib, db):
+    """Scan; returns (seconds, peak RSS MiB of the scan process)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen([BIN, "scan", lib, "--db", db], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(p.pid, 0)
+    elapsed = time.perf_counter() - t0
+    if status != 0:
+        raise SystemExit(f"scan of {lib} failed")
+    return elapsed, usage.ru_maxrss / 1024
+
+
+class Mount:
+    def __init__(self, db, mnt, *extra):
+        os.makedirs(mnt, exist_ok=True)
+        self.mnt = mnt
+        self.proc = subprocess.Popen([BIN, "mount", mnt, "--db", db, *extra],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def wait_ls(self):
+        deadline = time.time() + 600
+        while True:
+            if os.path.ismount(self.mnt):
+                return os.listdir(self.mnt)
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise SystemExit("mount failed")
+            time.sleep(0.001)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+def all_files(root):
+    out = []
+    for d, _, files in os.walk(root):
+        out.extend(os.path.join(d, f) for f in files)
+    return out
+
+
+def find(root):
+    sh("find", root, "-type", "f")
+
+
+def stat_all(paths):
+    for p in paths:
+        os.stat(p)
+
+
+def read_seq(path, bs=1 << 20):
+    with open(path, "rb", buffering=0) as f:
+        while f.read(bs):
+            pass
+
+
+def read_random(path, count=2000, bs=4096, seed=1):
+    size = os.path.getsize(path)
+    rnd = random.Random(seed)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for _ in range(count):
+            os.pread(fd, bs, rnd.randrange(0, max(1, size - bs)))
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------ report
+
+ROWS = []
+
+
+def row(area, work, ours, direct=None, unit="s", note=""):
+    """ours/direct: (median, min, max) or a number."""
+    def fmt(v):
+        if v is None:
+            return "-"
+        if isinstance(v, tuple):
+            m, lo, hi = v
+            return f"{m:.4f} ({lo:.4f}-{hi:.4f})" if unit == "s" else f"{m:.1f}"
+        return f"{v:.4f}" if unit == "s" else f"{v:.1f}"
+    med = lambda v: v[0] if isinstance(v, tuple) else v  # noqa: E731
+    ratio = f"{med(ours) / med(direct):.2f}x" if direct and med(direct) else ""
+    ROWS.append((area, work, fmt(ours), fmt(direct), ratio, unit, note))
+    print(f"{area:8s} {work:52s} {fmt(ours):>28s} {fmt(direct):>28s} {ratio:>8s} {unit:4s} {note}", flush=True)
+
+
+def bench_scan(work, n, runs):
+    lib = make_flac_library(work, n)
+    mixed = make_mixed_library(work)
+    firsts, rss = [], []
+    for r in range(runs):
+        db = os.path.join(work, f"scan-{r}.db")
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(db + suffix):
+                os.remove(db + suffix)
+        s, m = scan(lib, db)
+        firsts.append(s)
+        rss.append(m)
+    row("scan", f"first scan, {n} tiny FLACs", (statistics.median(firsts), min(firsts), max(firsts)),
+        note=f"{n / statistics.median(firsts):.0f} files/s")
+    row("scan", "peak RSS of the first scan", statistics.median(rss), unit="MiB")
+    db = os.path.join(work, "scan-0.db")
+    row("scan", f"re-scan, {n} unchanged", timed(lambda: scan(lib, db), runs),
+        timed(lambda: find(lib), runs), note="direct = find over the library")
+    mixed_times = []
+    for r in range(runs):
+        mdb = os.path.join(work, f"mixed-{r}.db")
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(mdb + suffix):
+                os.remove(mdb + suffix)
+        mixed_times.append(scan(mixed, mdb)[0])
+    row("scan", "first scan, 200 mixed-format tracks",
+        (statistics.median(mixed_times), min(mixed_times), max(mixed_times)))
+    return lib, db
+
+
+def bench_tree(work, lib, db, runs):
+    mnt = os.path.join(work, "mnt")
+    times, walk_first, stat_first, rss = [], [], [], []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        m = Mount(db, mnt)
+        m.wait_ls()
+        times.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        find(mnt)
+        walk_first.append(time.perf_counter() - t0)
+        m.stop()
+        m = Mount(db, mnt)
+        m.wait_ls()
+        t0 = time.perf_counter()
+        sh("find", mnt, "-type", "f", "-printf", "%s\n")
+        stat_first.append(time.perf_counter() - t0)
+        rss.append(rss_mib(m.proc.pid))
+        m.stop()
+    direct_find = timed(lambda: find(lib), runs)
+    row("mount", "mount to end of first `ls` of the root", (statistics.median(times), min(times), max(times)))
+    row("walk", "find -type f, fresh mount", (statistics.median(walk_first), min(walk_first), max(walk_first)),
+        direct_find)
+    m = Mount(db, mnt)
+    m.wait_ls()
+    find(mnt)
+    row("walk", "find -type f, repeated", timed(lambda: find(mnt), runs), direct_find)
+    m.stop()
+    direct_stat = timed(lambda: sh("find", lib, "-type", "f", "-printf", "%s\n"), runs)
+    row("stat", "stat of every file (find -printf %s), fresh mount",
+        (statistics.median(stat_first), min(stat_first), max(stat_first)), direct_stat)
+    row("stat", "daemon RSS after stat of every file", statistics.median(rss), unit="MiB",
+        note=f"{statistics.median(rss) * 1024 * 1024 / max(1, len(all_files(lib))):.0f} B/track")
+
+
+def bench_reads(work, runs):
+    lib = make_large_files(work)
+    db = os.path.join(work, "large.db")
+    if not os.path.exists(db):
+        scan(lib, db)
+    can_drop = drop_caches()
+    for mode in ("synthesis", "structure-only"):
+        mnt = os.path.join(work, "mnt-large")
+        m = Mount(db, mnt, "--mode", mode)
+        m.wait_ls()
+        served = {os.path.splitext(p)[1]: p for p in all_files(mnt)}
+        for ext in sorted(served):
+            backing = os.path.join(lib, "big" + ext)
+            mine = served[ext]
+            mb = os.path.getsize(backing) / 1e6
+            if can_drop:
+                def cold(p):
+                    def f():
+                        drop_caches()
+                        t0 = time.perf_counter()
+                        read_seq(p)
+                        return time.perf_counter() - t0
+                    return f
+                c_ours = [cold(mine)() for _ in range(runs)]
+                c_direct = [cold(backing)() for _ in range(runs)]
+                row("read", f"{mode} {ext[1:]:5s} sequential 1 MiB, cold ({mb:.0f} MB)",
+                    (statistics.median(c_ours), min(c_ours), max(c_ours)),
+                    (statistics.median(c_direct), min(c_direct), max(c_direct)))
+            read_seq(mine)
+            read_seq(backing)
+            row("read", f"{mode} {ext[1:]:5s} sequential 1 MiB, repeated",
+                timed(lambda: read_seq(mine), runs), timed(lambda: read_seq(backing), runs))
+            row("read", f"{mode} {ext[1:]:5s} 2000 random 4 KiB reads",
+                timed(lambda: read_random(mine), runs), timed(lambda: read_random(backing), runs))
+        m.stop()
+    if not can_drop:
+        print("(cold rows skipped: cannot write /proc/sys/vm/drop_caches without root)")
+
+
+def bench_mixed_read(work, runs):
+    mixed = make_mixed_library(work)
+    db = os.path.join(work, "mixed-0.db")
+    if not os.path.exists(db):
+        scan(mixed, db)
+    mnt = os.path.join(work, "mnt-mixed")
+    m = Mount(db, mnt)
+    m.wait_ls()
+    served, direct = all_files(mnt), all_files(mixed)
+    row("read", "every file of 200 mixed tracks once (repeated)",
+        timed(lambda: [read_seq(p) for p in served], runs), timed(lambda: [read_seq(p) for p in direct], runs))
+    m.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tracks", type=int, default=20000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--work", help="keep generated libraries here (default: a temp dir)")
+    ap.add_argument("--only", default="scan,tree,read,refresh")
+    a = ap.parse_args()
+    work = a.work or tempfile.mkdtemp(prefix="retagfs-bench-")
+    os.makedirs(work, exist_ok=True)
+    only = set(a.only.split(","))
+    print(f"retagfs benchmark suite: {a.tracks} tracks, {a.runs} runs per figure (median (min-max)), work dir {work}")
+    print(f"{'area':8s} {'work':52s} {'retagfs':>28s} {'direct':>28s} {'ratio':>8s}")
+    if only & {"scan", "tree"}:
+        lib, db = bench_scan(work, a.tracks, a.runs)
+        if "tree" in only:
+            bench_tree(work, lib, db, a.runs)
+    if "read" in only:
+        bench_reads(work, a.runs)
+        bench_mixed_read(work, a.runs)
+    if "refresh" in only:
+        r = bench_refresh.bench(work, a.tracks)
+        row("refresh", f"tag set -> new path visible, {a.tracks} tracks", r["visible_median_ms"] / 1000,
+            note=f"max {r['visible_max_ms']:.2f} ms over 20")
+        row("refresh", "daemon refresh, 1 track", r["refresh_1_ms"] / 1000)
+        row("refresh", "daemon refresh, 1000 tracks", r["refresh_1000_ms"] / 1000)
+    if not a.work:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
