@@ -46,7 +46,7 @@ demo: build
 
 # Live-refresh figures for 100 to 100k tracks (prints a table; not a test).
 bench: build
-	python3 scripts/bench_refresh.py
+	python3 scripts/bench.py
 
 fixtures:
 	bash tests/fixtures/make-fixtures.sh

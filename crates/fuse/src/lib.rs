@@ -16,10 +16,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
-    MountOption, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, Request, Session, SessionACL,
+    MountOption, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, Request, Session, SessionACL,
 };
-use retagfs_core::tree::{Entry, Invalidations, Node};
+use retagfs_core::tree::{Entry, Invalidations, Node, Tree};
 use retagfs_core::watch::Watcher;
 use retagfs_core::{Library, OpenFile};
 
@@ -106,7 +106,38 @@ thread_local! {
     static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Calls `add(child ino, child node, next offset, name)` for the entries
+/// of directory `ino` from `offset` on ("." and ".." first), until it
+/// returns true (reply buffer full).
+fn dir_entries(
+    tree: &Tree,
+    ino: u64,
+    offset: u64,
+    mut add: impl FnMut(u64, Option<&Node>, u64, &str) -> bool,
+) -> Result<(), Errno> {
+    let node = tree.get(ino).ok_or(Errno::ENOENT)?;
+    let Entry::Dir { children } = &node.entry else {
+        return Err(Errno::ENOTDIR);
+    };
+    let dots = [(ino, "."), (node.parent, "..")];
+    let entries = dots
+        .into_iter()
+        .chain(children.iter().map(|(name, &child)| (child, name.as_str())));
+    for (i, (child, name)) in entries.enumerate().skip(offset as usize) {
+        if add(child, tree.get(child), (i + 1) as u64, name) {
+            break;
+        }
+    }
+    Ok(())
+}
+
 impl Filesystem for RetagFs {
+    fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> io::Result<()> {
+        // Listings carry attributes; a kernel without it falls back to READDIR.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
+        Ok(())
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let tree = self.lib.tree();
         let found = name
@@ -209,7 +240,12 @@ impl Filesystem for RetagFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.lib.tree().get(ino.0).map(|n| &n.entry) {
-            Some(Entry::Dir { .. }) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            // The kernel keeps listings until a refresh invalidates the
+            // directory's inode.
+            Some(Entry::Dir { .. }) => reply.opened(
+                FileHandle(0),
+                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+            ),
             Some(_) => reply.error(Errno::ENOTDIR),
             None => reply.error(Errno::ENOENT),
         }
@@ -217,31 +253,45 @@ impl Filesystem for RetagFs {
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let tree = self.lib.tree();
-        let Some(node) = tree.get(ino.0) else {
-            reply.error(Errno::ENOENT);
-            return;
-        };
-        let Entry::Dir { children } = &node.entry else {
-            reply.error(Errno::ENOTDIR);
-            return;
-        };
-        let dots = [
-            (ino.0, FileType::Directory, "."),
-            (node.parent, FileType::Directory, ".."),
-        ];
-        let entries = dots.into_iter().chain(children.iter().map(|(name, &child)| {
-            let kind = match tree.get(child).map(|n| &n.entry) {
-                Some(Entry::Dir { .. }) => FileType::Directory,
-                _ => FileType::RegularFile,
+        let result = dir_entries(&tree, ino.0, offset, |child, node, next, name| {
+            let kind = match node.map(|n| &n.entry) {
+                Some(Entry::File(_)) => FileType::RegularFile,
+                _ => FileType::Directory,
             };
-            (child, kind, name.as_str())
-        }));
-        for (i, (child, kind, name)) in entries.enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(child), (i + 1) as u64, kind, name) {
-                break;
-            }
+            reply.add(INodeNo(child), next, kind, name)
+        });
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        reply.ok();
+    }
+
+    /// Entries with their attributes: `ls -l`, `find -printf %s` and media
+    /// scanners need no lookup per file.
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let tree = self.lib.tree();
+        let result = dir_entries(&tree, ino.0, offset, |child, node, next, name| match node {
+            Some(node) => reply.add(
+                INodeNo(child),
+                next,
+                name,
+                &TTL,
+                &self.attr(child, node),
+                Generation(0),
+            ),
+            None => false,
+        });
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -312,13 +362,16 @@ impl Mount {
     }
 }
 
-/// Tells the kernel to forget stale entries and inodes. An entry or inode
-/// the kernel never looked up is not an error.
+/// Tells the kernel to forget stale entries and inodes, and the cached
+/// listings of the directories whose entries changed. An entry or inode the
+/// kernel never looked up is not an error.
 fn forget(notifier: &fuser::Notifier, inv: &Invalidations) {
+    let mut dirs = std::collections::BTreeSet::new();
     for (parent, name) in &inv.entries {
         let _ = notifier.inval_entry(INodeNo(*parent), OsStr::new(name));
+        dirs.insert(*parent);
     }
-    for &ino in &inv.inodes {
+    for &ino in inv.inodes.iter().chain(&dirs) {
         let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
     }
 }
