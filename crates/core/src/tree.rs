@@ -12,6 +12,15 @@ pub const ROOT_INO: u64 = 1;
 const FILE_INO_BASE: u64 = 1;
 /// Directory inodes have this bit set (track ids never reach it).
 const DIR_BIT: u64 = 1 << 62;
+/// A 64-bit hash of a rendered path, kept in memory only (a collision is
+/// astronomically rare and would only make a refresh keep a stale name).
+fn path_hash(path: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    path.hash(&mut h);
+    h.finish()
+}
+
 /// A rendered path as sanitized directory components and a file stem.
 fn split_path(path: &str) -> (Vec<String>, String) {
     let mut comps: Vec<String> = path.split('/').filter_map(sanitize_component).collect();
@@ -60,9 +69,10 @@ pub struct Tree {
     /// The next " (n)" to try per (directory, name): many tracks with the
     /// same name must not make each insertion probe every suffix again.
     next_suffix: HashMap<(u64, String), u32>,
-    /// The path each file's template rendered, so a refresh can tell a
-    /// moved file from one whose contents changed.
-    rendered: HashMap<u64, String>,
+    /// A hash of the path each file's template rendered, so a refresh can
+    /// tell a moved file from one whose contents changed (a hash: the
+    /// paths themselves would cost ~100 bytes per track).
+    rendered: HashMap<u64, u64>,
 }
 
 /// What the kernel must forget after the tree changed: directory entries
@@ -160,7 +170,8 @@ impl Tree {
             .into_iter()
             .map(|p| {
                 let (comps, stem) = split_path(&p.path);
-                tree.rendered.insert(file_ino(p.file.track_id), p.path);
+                tree.rendered
+                    .insert(file_ino(p.file.track_id), path_hash(&p.path));
                 (comps, stem, p.file)
             })
             .collect();
@@ -178,7 +189,8 @@ impl Tree {
     /// (parent, name) of every entry that is new.
     pub fn place(&mut self, p: Placement) -> Vec<(u64, String)> {
         let (comps, stem) = split_path(&p.path);
-        self.rendered.insert(file_ino(p.file.track_id), p.path);
+        self.rendered
+            .insert(file_ino(p.file.track_id), path_hash(&p.path));
         let mut added = Vec::new();
         let dir = self.ensure_dirs(&comps, &mut added);
         let ino = self.insert_file(dir, &stem, p.file);
@@ -191,7 +203,7 @@ impl Tree {
     pub fn replace(&mut self, ino: u64, p: Option<Placement>, out: &mut Invalidations) {
         let existed = self.nodes.contains_key(&ino);
         match p {
-            Some(p) if self.rendered.get(&ino) == Some(&p.path) => {
+            Some(p) if self.rendered.get(&ino) == Some(&path_hash(&p.path)) => {
                 if let Some(Entry::File(f)) = self.nodes.get_mut(&ino).map(|n| &mut n.entry) {
                     *f = p.file;
                 }

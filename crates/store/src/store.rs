@@ -84,6 +84,9 @@ impl Store {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags).map_err(open_err)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
+        // A mount holds one reader per serving thread: keep each one's page
+        // cache small (the kernel caches the database file anyway).
+        conn.pragma_update(None, "cache_size", -512).map_err(open_err)?;
         let store = Store { conn };
         store.check_version(path)?;
         Ok(store)
