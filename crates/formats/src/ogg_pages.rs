@@ -25,7 +25,7 @@ pub fn crc(data: &[u8]) -> u32 {
     static TABLES: std::sync::OnceLock<[[u32; 256]; 8]> = std::sync::OnceLock::new();
     let t = TABLES.get_or_init(|| {
         let mut t = [[0u32; 256]; 8];
-        for i in 0..256 {
+        for (i, e) in t[0].iter_mut().enumerate() {
             let mut r = (i as u32) << 24;
             for _ in 0..8 {
                 r = if r & 0x8000_0000 != 0 {
@@ -34,12 +34,12 @@ pub fn crc(data: &[u8]) -> u32 {
                     r << 1
                 };
             }
-            t[0][i] = r;
+            *e = r;
         }
         for k in 1..8 {
-            for i in 0..256 {
-                let prev = t[k - 1][i];
-                t[k][i] = (prev << 8) ^ t[0][(prev >> 24) as usize];
+            let (done, rest) = t.split_at_mut(k);
+            for (e, &prev) in rest[0].iter_mut().zip(done[k - 1].iter()) {
+                *e = (prev << 8) ^ done[0][(prev >> 24) as usize];
             }
         }
         t
