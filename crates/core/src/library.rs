@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use anyhow::Context;
 use retagfs_formats::{synthesize, synthesized_len, Layout, SegmentSource, SynthesisInput, SynthesisOptions};
@@ -211,6 +211,7 @@ pub struct Library {
     pool: ConnectionPool,
     /// Tracks whose byte-identical serving was already logged.
     passthrough_logged: Mutex<HashSet<i64>>,
+    layouts: LayoutCache,
     /// The change-log position the tree reflects; held while refreshing,
     /// so refreshes run one at a time.
     seen_seq: Mutex<i64>,
@@ -219,8 +220,47 @@ pub struct Library {
 /// An open file: the layout resolved at open time and the backing file.
 pub struct OpenFile {
     pub track: TrackRow,
-    pub layout: Layout,
+    pub layout: Arc<Layout>,
     backing: File,
+}
+
+/// Layouts of recently opened files by (track, content version): a player
+/// opening the same file again, or many readers of one file, skip the store
+/// queries and synthesis. Bounded by the bytes the layouts hold.
+#[derive(Default)]
+struct LayoutCache {
+    entries: Mutex<CachedLayouts>,
+}
+
+/// Track id -> (content version, layout), and the bytes they hold.
+#[derive(Default)]
+struct CachedLayouts(HashMap<i64, (i64, Arc<Layout>)>, usize);
+
+/// Memory the layout cache may hold (generated headers, MP4 `moov`s).
+const LAYOUT_CACHE_BYTES: usize = 16 << 20;
+
+impl LayoutCache {
+    fn get(&self, track_id: i64, version: i64) -> Option<Arc<Layout>> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        match entries.0.get(&track_id) {
+            Some((v, layout)) if *v == version => Some(layout.clone()),
+            _ => None,
+        }
+    }
+
+    fn put(&self, track_id: i64, version: i64, layout: Arc<Layout>) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let size = layout.generated_len() + 128;
+        if entries.1 + size > LAYOUT_CACHE_BYTES {
+            // Simple and bounded: start over rather than track recency.
+            entries.0.clear();
+            entries.1 = 0;
+        }
+        if let Some((_, old)) = entries.0.insert(track_id, (version, layout)) {
+            entries.1 = entries.1.saturating_sub(old.generated_len() + 128);
+        }
+        entries.1 += size;
+    }
 }
 
 /// Hands memory freed after a big load back to the system, so a mount's
@@ -263,6 +303,7 @@ impl Library {
                 idle: Mutex::new(vec![store]),
             },
             passthrough_logged: Mutex::default(),
+            layouts: LayoutCache::default(),
             seen_seq: Mutex::new(seq),
         })
     }
@@ -369,18 +410,40 @@ impl Library {
 
     /// The track's row, its backing file (checked against the scan's stamps)
     /// and the layout of the served file.
-    fn resolve(&self, store: &Store, track_id: i64) -> io::Result<(TrackRow, File, Layout)> {
+    fn resolve(&self, store: &Store, track_id: i64) -> io::Result<(TrackRow, File, Arc<Layout>)> {
         let fail = |what: &str, e: &dyn std::fmt::Display| {
             tracing::error!("track {track_id}: {what}: {e}");
             eio()
         };
-        let track = store
-            .track(track_id)
-            .map_err(|e| fail("reading track row", &e))?
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+        let synthesis = self.config.mode == Mode::Synthesis;
+        // The row and what synthesis needs, from one committed state.
+        let found = store
+            .read_snapshot(|s| {
+                let Some(track) = s.track(track_id)? else {
+                    return Ok(None);
+                };
+                let cached = self.layouts.get(track_id, track.content_version);
+                if !synthesis || cached.is_some() {
+                    return Ok(Some((track, cached, None)));
+                }
+                let blocks = if track.format == Format::Flac {
+                    s.flac_blocks(track_id)?
+                } else {
+                    Vec::new()
+                };
+                let rows = (
+                    s.tags(track_id)?,
+                    s.art_links(track_id)?,
+                    blocks,
+                    s.backing_parts(track_id)?,
+                );
+                Ok(Some((track, None, Some(rows))))
+            })
+            .map_err(|e| fail("reading the store", &e))?;
+        let (track, cached, rows) = found.ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
         let backing = open_backing(&track)?;
-        if self.config.mode == Mode::StructureOnly {
-            let layout = Layout::passthrough(track.stamps.size);
+        if !synthesis {
+            let layout = Arc::new(Layout::passthrough(track.stamps.size));
             return Ok((track, backing, layout));
         }
         if let Some(why) = &track.passthrough {
@@ -393,18 +456,10 @@ impl Library {
                 tracing::warn!("{}: served byte-identical: {why}", track.backing_path);
             }
         }
-        let tags = store.tags(track_id).map_err(|e| fail("reading tags", &e))?;
-        let art = store.art_links(track_id).map_err(|e| fail("reading art", &e))?;
-        let blocks = if track.format == Format::Flac {
-            store
-                .flac_blocks(track_id)
-                .map_err(|e| fail("reading FLAC blocks", &e))?
-        } else {
-            Vec::new()
-        };
-        let parts = store
-            .backing_parts(track_id)
-            .map_err(|e| fail("reading backing parts", &e))?;
+        if let Some(layout) = cached {
+            return Ok((track, backing, layout));
+        }
+        let (tags, art, blocks, parts) = rows.unwrap_or_default();
         let layout = synthesize(&SynthesisInput {
             track: &track,
             tags: &tags,
@@ -415,6 +470,8 @@ impl Library {
             backing: Some(&backing),
         })
         .map_err(|e| fail(&track.backing_path, &e))?;
+        let layout = Arc::new(layout);
+        self.layouts.put(track_id, track.content_version, layout.clone());
         Ok((track, backing, layout))
     }
 
