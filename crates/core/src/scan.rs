@@ -221,8 +221,14 @@ pub fn scan(db: &mut Store, opts: &ScanOptions, progress: &dyn Fn(Progress)) -> 
     let roots = check_roots(&opts.roots)?;
     let mut summary = ScanSummary::default();
     let files = walk(&roots, opts.follow_symlinks, progress, &mut summary);
+    tracing::debug!("walked {} files in {:?}", files.len(), started.elapsed());
 
     let known = db.stamps_by_path()?;
+    tracing::debug!(
+        "read {} stamps from the store at {:?}",
+        known.len(),
+        started.elapsed()
+    );
     let known_failures = db.failure_stamps()?;
     let seen: HashSet<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
     let mut missing: Vec<i64> = known
@@ -256,6 +262,7 @@ pub fn scan(db: &mut Store, opts: &ScanOptions, progress: &dyn Fn(Progress)) -> 
         }
     }
     progress(Progress::Probing(todo.len() as u64));
+    tracing::debug!("{} files to probe at {:?}", todo.len(), started.elapsed());
 
     let mut moved = HashSet::new();
     let (job_tx, job_rx) = bounded::<Job>(opts.jobs * 4);
@@ -277,6 +284,7 @@ pub fn scan(db: &mut Store, opts: &ScanOptions, progress: &dyn Fn(Progress)) -> 
     });
     write_result?;
 
+    tracing::debug!("probed and written at {:?}", started.elapsed());
     let still_missing: Vec<i64> = missing.into_iter().filter(|id| !moved.contains(id)).collect();
     let tx = db.write()?;
     for path in &gone_failures {
