@@ -366,3 +366,39 @@ fn open_handle_keeps_its_version_across_a_retag() {
     assert_eq!(first, old);
     assert_ne!(read_all(&lib, file_ino(t.id)), old);
 }
+
+/// A moved file whose container changed around the same audio (another
+/// tagger rewrote it on the way) keeps its row, with the new structure.
+#[test]
+fn moved_file_with_a_new_header_is_served_from_its_new_structure() {
+    let (dir, db_path, db) = scanned();
+    let old = dir.path().join("tagged.wav");
+    let before = db.resolve_track(old.to_str().unwrap()).unwrap();
+    let bytes = std::fs::read(&old).unwrap();
+    // A 100-byte chunk right after "WAVE": every later offset moves.
+    let mut moved = bytes[..12].to_vec();
+    moved.extend_from_slice(b"junk\x64\0\0\0");
+    moved.extend_from_slice(&[0; 100]);
+    moved.extend_from_slice(&bytes[12..]);
+    let riff = (moved.len() - 8) as u32;
+    moved[4..8].copy_from_slice(&riff.to_le_bytes());
+    std::fs::remove_file(&old).unwrap();
+    let new = dir.path().join("renamed.wav");
+    std::fs::write(&new, &moved).unwrap();
+    drop(db);
+
+    let mut db = Store::open(&db_path).unwrap();
+    let s = scan(&mut db, &opts(dir.path(), true), &|_| {}).unwrap();
+    assert_eq!(s.moved, 1, "{s:?}");
+    let after = db.resolve_track(new.to_str().unwrap()).unwrap();
+    assert_eq!(after.id, before.id);
+    assert_eq!(after.audio_offset, before.audio_offset + 108);
+    let fresh = probe(&Source::new(&moved as &dyn ReadAt, moved.len() as u64)).unwrap();
+    assert_eq!(db.backing_parts(after.id).unwrap(), fresh.parts);
+
+    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    let served = read_all(&lib, file_ino(after.id));
+    let data_at = before.audio_offset as usize;
+    let audio = &bytes[data_at..data_at + before.audio_length as usize];
+    assert!(served.ends_with(audio));
+}

@@ -523,24 +523,8 @@ pub fn insert_art(tx: &Transaction<'_>, art: &NewArt) -> Result<String> {
 pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i64>) -> Result<i64> {
     let id = match existing {
         Some(id) => {
-            tx.prepare_cached(
-                "UPDATE tracks SET format = ?2, audio_offset = ?3, audio_length = ?4, \
-                 file_size = ?5, mtime_ns = ?6, ctime_ns = ?7, fingerprint = ?8, scanned_at = ?9, \
-                 passthrough = ?10 WHERE id = ?1",
-            )?
-            .execute(params![
-                id,
-                t.format.as_str(),
-                t.audio_offset as i64,
-                t.audio_length as i64,
-                t.stamps.size as i64,
-                t.stamps.mtime_ns,
-                t.stamps.ctime_ns,
-                t.fingerprint.as_ref().map(|f| &f[..]),
-                now_secs(),
-                t.passthrough,
-            ])?;
-            for table in ["tags", "track_art", "flac_blocks", "backing_parts"] {
+            update_scanned(tx, id, t)?;
+            for table in ["tags", "track_art"] {
                 tx.execute(&format!("DELETE FROM {table} WHERE track_id = ?1"), [id])?;
             }
             id
@@ -563,7 +547,9 @@ pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i6
                 now_secs(),
                 t.passthrough,
             ])?;
-            tx.last_insert_rowid()
+            let id = tx.last_insert_rowid();
+            insert_structure(tx, id, t)?;
+            id
         }
     };
     insert_tags(tx, id, &t.tags)?;
@@ -581,6 +567,39 @@ pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i6
             pic.description
         ])?;
     }
+    tx.prepare_cached("DELETE FROM scan_failures WHERE path = ?1")?
+        .execute([&t.backing_path])?;
+    Ok(id)
+}
+
+/// Writes what the scanner learned about an existing track's file (not
+/// its tags or art): its columns, FLAC blocks and backing parts.
+fn update_scanned(tx: &Transaction<'_>, id: i64, t: &ScannedTrack) -> Result<()> {
+    tx.prepare_cached(
+        "UPDATE tracks SET format = ?2, audio_offset = ?3, audio_length = ?4, \
+         file_size = ?5, mtime_ns = ?6, ctime_ns = ?7, fingerprint = ?8, scanned_at = ?9, \
+         passthrough = ?10 WHERE id = ?1",
+    )?
+    .execute(params![
+        id,
+        t.format.as_str(),
+        t.audio_offset as i64,
+        t.audio_length as i64,
+        t.stamps.size as i64,
+        t.stamps.mtime_ns,
+        t.stamps.ctime_ns,
+        t.fingerprint.as_ref().map(|f| &f[..]),
+        now_secs(),
+        t.passthrough,
+    ])?;
+    for table in ["flac_blocks", "backing_parts"] {
+        tx.execute(&format!("DELETE FROM {table} WHERE track_id = ?1"), [id])?;
+    }
+    insert_structure(tx, id, t)
+}
+
+/// The FLAC blocks and backing parts of a scanned file.
+fn insert_structure(tx: &Transaction<'_>, id: i64, t: &ScannedTrack) -> Result<()> {
     for (position, (block_type, data)) in t.flac_blocks.iter().enumerate() {
         tx.prepare_cached(
             "INSERT INTO flac_blocks (track_id, position, block_type, data) VALUES (?1, ?2, ?3, ?4)",
@@ -599,9 +618,7 @@ pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i6
             part.length as i64
         ])?;
     }
-    tx.prepare_cached("DELETE FROM scan_failures WHERE path = ?1")?
-        .execute([&t.backing_path])?;
-    Ok(id)
+    Ok(())
 }
 
 /// Appends values in the given order, each after the key's existing values.
@@ -616,25 +633,13 @@ fn insert_tags(tx: &Transaction<'_>, id: i64, tags: &[(String, String)]) -> Resu
     Ok(())
 }
 
-/// Points a track at a new backing path (its file moved), updating the
-/// scanner's columns but keeping its id, tags and art.
+/// Points a track at a new backing path (its file moved), updating what
+/// the scanner knows of the file (its tags there may differ, and with them
+/// where the audio starts) but keeping the track's id, tags and art.
 pub fn move_track(tx: &Transaction<'_>, id: i64, t: &ScannedTrack) -> Result<()> {
-    tx.prepare_cached(
-        "UPDATE tracks SET backing_path = ?2, format = ?3, audio_offset = ?4, audio_length = ?5, \
-         file_size = ?6, mtime_ns = ?7, ctime_ns = ?8, scanned_at = ?9 WHERE id = ?1",
-    )?
-    .execute(params![
-        id,
-        t.backing_path,
-        t.format.as_str(),
-        t.audio_offset as i64,
-        t.audio_length as i64,
-        t.stamps.size as i64,
-        t.stamps.mtime_ns,
-        t.stamps.ctime_ns,
-        now_secs(),
-    ])?;
-    Ok(())
+    tx.prepare_cached("UPDATE tracks SET backing_path = ?2 WHERE id = ?1")?
+        .execute(params![id, t.backing_path])?;
+    update_scanned(tx, id, t)
 }
 
 /// Records a file the scanner could not probe.
