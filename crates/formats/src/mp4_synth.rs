@@ -194,13 +194,16 @@ fn is_slot(kind: PartKind) -> bool {
     )
 }
 
-/// The served file. Reads the original `moov` from `backing`.
+/// The served file. Reads the original `moov` from `backing`. `mdat_at`
+/// is where the (first) `mdat` starts: chunk offsets move only when it
+/// follows `moov`.
 pub fn synthesize(
     parts: &[BackingPart],
     tags: &[(String, String)],
     art: &[ArtLink],
     backing: &dyn ReadAt,
     file_size: u64,
+    mdat_at: u64,
 ) -> Result<Layout, String> {
     let slot = *parts
         .iter()
@@ -219,11 +222,8 @@ pub fn synthesize(
     let mut bytes = src
         .read(moov.offset, moov.length, "moov atom")
         .map_err(|e| e.to_string())?;
-    let mdat_after_moov = parts
-        .iter()
-        .any(|p| p.kind == PartKind::Atom && p.offset > moov.offset && is_mdat(&src, p));
     // Both walk the original sizes: chunk offsets first, then the sizes.
-    if mdat_after_moov && delta != 0 {
+    if mdat_at > moov.offset && delta != 0 {
         shift_chunk_offsets(&mut bytes, moov.offset, delta)?;
     }
     grow_ancestors(&mut bytes, moov.offset, slot, delta)?;
@@ -243,21 +243,17 @@ pub fn synthesize(
     Ok(layout)
 }
 
-fn is_mdat(src: &Source<'_>, p: &BackingPart) -> bool {
-    src.read(p.offset + 4, 4, "atom type").is_ok_and(|k| k == b"mdat")
-}
-
 /// Adds `delta` to the size of every atom of `moov` (`b`, at file offset
 /// `base`) that encloses the ilst slot: moov, udta, meta (as present).
 fn grow_ancestors(b: &mut [u8], base: u64, slot: BackingPart, delta: i64) -> Result<(), String> {
     let moov = top_atom(b, base)?;
     let mut chain = vec![moov];
-    let moov_kids = children(body(b, base, &moov), moov.offset + moov.header).map_err(|e| e.to_string())?;
+    let moov_kids = children(slice(b, base, &moov), moov.offset + moov.header).map_err(|e| e.to_string())?;
     if slot.kind != PartKind::IlstInNewUdta {
         let udta = *find(&moov_kids, b"udta").ok_or("moov has no udta where the store says")?;
         chain.push(udta);
         if slot.kind == PartKind::Ilst {
-            let udta_b = body(b, base, &udta);
+            let udta_b = slice(b, base, &udta);
             let udta_kids = children(udta_b, udta.offset + udta.header).map_err(|e| e.to_string())?;
             let meta = *find(&udta_kids, b"meta").ok_or("udta has no meta where the store says")?;
             chain.push(meta);
@@ -282,10 +278,6 @@ fn top_atom(b: &[u8], base: u64) -> Result<Atom, String> {
         .first()
         .copied()
         .ok_or_else(|| "empty moov".to_string())
-}
-
-fn body<'a>(b: &'a [u8], base: u64, a: &Atom) -> &'a [u8] {
-    slice(b, base, a)
 }
 
 /// Shifts every chunk offset of every track by `delta`.

@@ -69,7 +69,14 @@ pub fn synthesize(input: &SynthesisInput<'_>) -> Result<Layout, String> {
         ),
         Format::Mp4 => {
             let backing = input.backing.ok_or("MP4 synthesis needs the backing file")?;
-            mp4_synth::synthesize(input.parts, input.tags, input.art, backing, t.stamps.size)
+            mp4_synth::synthesize(
+                input.parts,
+                input.tags,
+                input.art,
+                backing,
+                t.stamps.size,
+                t.audio_offset,
+            )
         }
     }
 }
