@@ -8,7 +8,7 @@ use retagfs_store::{ArtLink, BackingPart, PartKind};
 
 use crate::error::{malformed, ProbeError, Result};
 use crate::layout::Layout;
-use crate::ogg_pages::{self, AudioPages, Base64, HeaderPage, MAX_PAGE_LEN};
+use crate::ogg_pages::{self, AudioPages, Base64, HeaderPage, StreamSerial, MAX_PAGE_LEN};
 use crate::picture::flac_picture_header;
 use crate::probe::Probe;
 use crate::source::{le_u32, Source, MAX_READ};
@@ -226,6 +226,7 @@ pub fn synthesize(
     let stream = Arc::new(stream);
     let plans = ogg_pages::paginate(&packet_lens);
     let new_header_pages = 1 + plans.len() as u32;
+    let serial = Arc::new(StreamSerial::new(first.offset));
     let mut layout = Layout::default();
     layout.push_backing(first.offset, first.length);
     for (i, plan) in plans.into_iter().enumerate() {
@@ -233,14 +234,14 @@ pub fn synthesize(
             plan,
             seq: 1 + i as u32,
             stream: stream.clone(),
-            first_page: first.offset,
+            serial: serial.clone(),
         }));
     }
     layout.push_computed(Arc::new(AudioPages::new(
         audio_offset,
         audio_length,
         new_header_pages.wrapping_sub(pages.len() as u32),
-        first.offset,
+        serial,
     )));
     Ok(layout)
 }

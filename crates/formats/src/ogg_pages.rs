@@ -4,7 +4,7 @@
 //! and a read in the middle of the file does not read from its start.
 
 use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use base64::Engine;
 
@@ -178,14 +178,38 @@ impl PagePlan {
     }
 }
 
-/// One fresh header page: its body is a range of the packet stream; its
-/// serial number is read from the original first page at read time.
+/// The stream's serial number, read from the original first page the first
+/// time a page needs it (the store does not keep it).
+pub struct StreamSerial {
+    first_page: u64,
+    value: OnceLock<[u8; 4]>,
+}
+
+impl StreamSerial {
+    /// The serial of the stream whose first page starts at `first_page`.
+    pub fn new(first_page: u64) -> StreamSerial {
+        StreamSerial {
+            first_page,
+            value: OnceLock::new(),
+        }
+    }
+
+    fn get(&self, src: &dyn SegmentSource) -> io::Result<[u8; 4]> {
+        if let Some(v) = self.value.get() {
+            return Ok(*v);
+        }
+        let mut serial = [0u8; 4];
+        src.read_backing(self.first_page + SERIAL_AT as u64, &mut serial)?;
+        Ok(*self.value.get_or_init(|| serial))
+    }
+}
+
+/// One fresh header page: its body is a range of the packet stream.
 pub struct HeaderPage {
     pub plan: PagePlan,
     pub seq: u32,
     pub stream: Arc<Layout>,
-    /// Backing offset of the original first page (for the serial number).
-    pub first_page: u64,
+    pub serial: Arc<StreamSerial>,
 }
 
 impl HeaderPage {
@@ -197,9 +221,7 @@ impl HeaderPage {
         // them, and -1 (no packet ends) otherwise.
         let granule: i64 = if self.plan.packet_ends { 0 } else { -1 };
         page.extend_from_slice(&granule.to_le_bytes());
-        let mut serial = [0u8; 4];
-        src.read_backing(self.first_page + SERIAL_AT as u64, &mut serial)?;
-        page.extend_from_slice(&serial);
+        page.extend_from_slice(&self.serial.get(src)?);
         page.extend_from_slice(&self.seq.to_le_bytes());
         page.extend_from_slice(&[0; 4]);
         page.push(self.plan.lacing.len() as u8);
@@ -232,8 +254,7 @@ pub struct AudioPages {
     pub offset: u64,
     pub len: u64,
     pub seq_delta: u32,
-    /// Backing offset of the original first page (for the serial number).
-    pub first_page: u64,
+    pub serial: Arc<StreamSerial>,
     /// A known page start (backing offset) at or before recent reads, so
     /// sequential reads walk forward instead of searching.
     hint: Mutex<u64>,
@@ -247,24 +268,18 @@ struct Found {
 }
 
 impl AudioPages {
-    pub fn new(offset: u64, len: u64, seq_delta: u32, first_page: u64) -> AudioPages {
+    pub fn new(offset: u64, len: u64, seq_delta: u32, serial: Arc<StreamSerial>) -> AudioPages {
         AudioPages {
             offset,
             len,
             seq_delta,
-            first_page,
+            serial,
             hint: Mutex::new(offset),
         }
     }
 
     fn end(&self) -> u64 {
         self.offset + self.len
-    }
-
-    fn serial(&self, src: &dyn SegmentSource) -> io::Result<[u8; 4]> {
-        let mut serial = [0u8; 4];
-        src.read_backing(self.first_page + SERIAL_AT as u64, &mut serial)?;
-        Ok(serial)
     }
 
     /// Length of the page of this stream whose header starts `window[at..]`.
@@ -278,7 +293,7 @@ impl AudioPages {
     /// hint when it is close, else search backwards for a page header whose
     /// checksum holds.
     fn page_containing(&self, at: u64, src: &dyn SegmentSource) -> io::Result<Found> {
-        let serial = self.serial(src)?;
+        let serial = self.serial.get(src)?;
         let hint = *self.hint.lock().unwrap_or_else(|e| e.into_inner());
         if hint <= at && at - hint <= 4 * MAX_PAGE_LEN as u64 {
             let mut start = hint;
@@ -337,7 +352,7 @@ impl Computed for AudioPages {
     }
 
     fn read(&self, pos: u64, out: &mut [u8], src: &dyn SegmentSource) -> io::Result<()> {
-        let serial = self.serial(src)?;
+        let serial = self.serial.get(src)?;
         let at = self.offset + pos;
         let first = self.page_containing(at, src)?;
         // One backing read for every page the request touches: the last one
