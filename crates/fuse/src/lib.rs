@@ -32,8 +32,10 @@ const BLOCK_SIZE: u32 = 128 * 1024;
 /// The file system served to the kernel.
 pub struct RetagFs {
     lib: Arc<Library>,
-    handles: Arc<Mutex<HashMap<u64, Arc<OpenFile>>>>,
-    page_cache: Arc<PageCache>,
+    /// Open files; the `Arc` lets a read go on while the handle's entry is
+    /// looked up or released by another thread.
+    handles: Mutex<HashMap<u64, Arc<OpenFile>>>,
+    page_cache: PageCache,
     next_handle: AtomicU64,
     uid: u32,
     gid: u32,
@@ -67,8 +69,8 @@ impl RetagFs {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         RetagFs {
             lib,
-            handles: Arc::default(),
-            page_cache: Arc::default(),
+            handles: Mutex::default(),
+            page_cache: PageCache::default(),
             next_handle: AtomicU64::new(1),
             uid,
             gid,
@@ -163,12 +165,12 @@ impl Filesystem for RetagFs {
             return;
         }
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        let (lib, handles, cache) = (&self.lib, &self.handles, &self.page_cache);
-        match lib.open(ino.0) {
+        match self.lib.open(ino.0) {
             Ok(file) => {
                 // Nothing is ever written, so there is nothing to flush.
-                let flags = cache.opened(ino.0, file.track.content_version) | FopenFlags::FOPEN_NOFLUSH;
-                handles
+                let flags =
+                    self.page_cache.opened(ino.0, file.track.content_version) | FopenFlags::FOPEN_NOFLUSH;
+                self.handles
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .insert(fh, Arc::new(file));
