@@ -69,6 +69,24 @@ fn pairs(raw: &[String]) -> Result<Vec<(String, Vec<String>)>, UsageError> {
     Ok(out)
 }
 
+/// Applies `KEY=VALUE` pairs to a track with `set_tag` or `add_tag`, in
+/// one transaction.
+fn edit_pairs(
+    db: &mut store::Store,
+    track: &str,
+    raw: &[String],
+    apply: fn(&store::Transaction<'_>, i64, &str, &[String]) -> store::Result<()>,
+) -> anyhow::Result<()> {
+    let edits = pairs(raw)?;
+    let id = db.resolve_track(track)?.id;
+    let tx = db.write()?;
+    for (k, values) in &edits {
+        apply(&tx, id, k, values)?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
 pub fn tag(a: TagArgs) -> anyhow::Result<()> {
     let mut db = crate::open_existing(&a.db)?;
     match a.action {
@@ -81,24 +99,8 @@ pub fn tag(a: TagArgs) -> anyhow::Result<()> {
                 }
             }
         }
-        TagAction::Set { track, pairs: raw } => {
-            let edits = pairs(&raw)?;
-            let id = db.resolve_track(&track)?.id;
-            let tx = db.write()?;
-            for (k, values) in &edits {
-                store::set_tag(&tx, id, k, values)?;
-            }
-            tx.commit()?;
-        }
-        TagAction::Add { track, pairs: raw } => {
-            let edits = pairs(&raw)?;
-            let id = db.resolve_track(&track)?.id;
-            let tx = db.write()?;
-            for (k, values) in &edits {
-                store::add_tag(&tx, id, k, values)?;
-            }
-            tx.commit()?;
-        }
+        TagAction::Set { track, pairs: raw } => edit_pairs(&mut db, &track, &raw, store::set_tag)?,
+        TagAction::Add { track, pairs: raw } => edit_pairs(&mut db, &track, &raw, store::add_tag)?,
         TagAction::Rm { track, keys: raw } => {
             let id = db.resolve_track(&track)?.id;
             let current = db.tags(id)?;

@@ -250,14 +250,14 @@ impl LayoutCache {
 
     fn put(&self, track_id: i64, version: i64, layout: Arc<Layout>) {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        let size = layout.generated_len() + 128;
+        let size = layout.heap_bytes() + 128;
         if entries.1 + size > LAYOUT_CACHE_BYTES {
             // Simple and bounded: start over rather than track recency.
             entries.0.clear();
             entries.1 = 0;
         }
         if let Some((_, old)) = entries.0.insert(track_id, (version, layout)) {
-            entries.1 = entries.1.saturating_sub(old.generated_len() + 128);
+            entries.1 = entries.1.saturating_sub(old.heap_bytes() + 128);
         }
         entries.1 += size;
     }

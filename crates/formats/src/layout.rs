@@ -83,8 +83,8 @@ impl Layout {
         self.len == 0
     }
 
-    /// Bytes of generated data the layout holds in memory.
-    pub fn generated_len(&self) -> usize {
+    /// Bytes the layout holds in memory (generated data and segments).
+    pub fn heap_bytes(&self) -> usize {
         self.generated.len() + self.segments.len() * std::mem::size_of::<Segment>()
     }
 

@@ -13,6 +13,7 @@ mod store;
 pub use model::{
     ArtLink, BackingPart, Format, NewArt, PartKind, ScannedPicture, ScannedTrack, Stamps, TrackRow,
 };
+pub use rusqlite::Transaction;
 pub use store::{
     add_tag, delete_orphan_art, insert_art, move_track, record_failure, remove_art, remove_failure,
     remove_track, set_art, set_tag, sha256_hex, trim_change_log, write_scanned, Result, Store, StoreError,
