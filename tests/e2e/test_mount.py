@@ -77,11 +77,26 @@ def test_synthesis_seen_by_mutagen_and_ffmpeg(store, mount):
     assert "ERROR" not in log and "panicked" not in log, log
 
 
-def test_structure_only_is_byte_identical(store, mount):
+def kernel_passthrough_expected():
+    """FUSE passthrough needs Linux 6.9+ and CAP_SYS_ADMIN."""
+    major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    return os.geteuid() == 0 and (major, minor) >= (6, 9)
+
+
+@pytest.mark.parametrize("passthrough", [True, False])
+def test_structure_only_is_byte_identical(store, mount, passthrough):
     tracks = export(store)
-    m = mount(store, "--mode", "structure-only")
+    m = mount(store, "--mode", "structure-only", "-v", *([] if passthrough else ["--no-kernel-passthrough"]))
     for t in tracks:
         assert sha256(os.path.join(m.mnt, t["path"])) == sha256(t["backing_path"]), t["path"]
+    # Two handles of one file at once share the kernel's backing file.
+    path = os.path.join(m.mnt, tracks[0]["path"])
+    with open(path, "rb") as a, open(path, "rb") as b:
+        assert a.read() == b.read() == open(tracks[0]["backing_path"], "rb").read()
+    log = m.stop()
+    on = passthrough and kernel_passthrough_expected()
+    assert "kernel passthrough for byte-identical files: %s" % ("on" if on else "off") in log, log
+    assert "refused" not in log and "ERROR" not in log, log
 
 
 def test_mount_is_read_only(store, mount):

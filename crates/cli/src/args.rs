@@ -120,6 +120,14 @@ pub struct MountArgs {
     /// backing files, so slow (network) storage wants more.
     #[arg(long, default_value_t = 8)]
     pub threads: usize,
+    /// Serve every file through the daemon, even those the kernel could
+    /// read straight from the backing file. By default, when running as
+    /// root on Linux 6.9+, files served byte-identical (all of them with
+    /// `--mode structure-only`) use FUSE kernel passthrough: reads at the
+    /// backing disk's speed, but a backing file changed on disk is then
+    /// served as it is now rather than refused until the next scan.
+    #[arg(long)]
+    pub no_kernel_passthrough: bool,
     /// ID3v2 version of the tags served in MP3 files and WAV `id3 ` chunks:
     /// 4 (UTF-8, the default) or 3 (UTF-16, for players that cannot read v2.4).
     #[arg(long, value_name = "3|4", default_value_t = 4, value_parser = clap::value_parser!(u8).range(3..=4))]

@@ -70,6 +70,9 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
     let mount_config = MountConfig {
         threads: a.threads,
         allow_other: a.allow_other,
+        // Registering a backing file with the kernel needs CAP_SYS_ADMIN.
+        // SAFETY: geteuid cannot fail and touches no memory.
+        kernel_passthrough: !a.no_kernel_passthrough && unsafe { libc::geteuid() } == 0,
     };
     let mut mount = Mount::new(lib, &a.mountpoint, &mount_config).with_context(|| {
         format!(

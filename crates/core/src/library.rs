@@ -211,7 +211,7 @@ pub struct Library {
     pool: ConnectionPool,
     /// Tracks whose byte-identical serving was already logged.
     passthrough_logged: Mutex<HashSet<i64>>,
-    layouts: LayoutCache,
+    opened: OpenCache,
     /// The change-log position the tree reflects; held while refreshing,
     /// so refreshes run one at a time.
     seen_seq: Mutex<i64>,
@@ -224,42 +224,76 @@ pub struct OpenFile {
     backing: File,
 }
 
-/// Layouts of recently opened files by (track, content version): a player
-/// opening the same file again, or many readers of one file, skip the store
-/// queries and synthesis. Bounded by the bytes the layouts hold.
-#[derive(Default)]
-struct LayoutCache {
-    entries: Mutex<CachedLayouts>,
+impl OpenFile {
+    /// The backing file, when the served file is that file byte for byte
+    /// (structure-only mode, or a track served byte-identical): the kernel
+    /// can then read it directly (FUSE passthrough).
+    pub fn whole_backing_file(&self) -> Option<&File> {
+        self.layout
+            .is_whole_backing(self.track.stamps.size)
+            .then_some(&self.backing)
+    }
 }
 
-/// Track id -> (content version, layout), and the bytes they hold.
+/// Recently opened tracks by (track, content version): their row and the
+/// layout of the served file. Opening the same file again, or many readers
+/// of one file, need neither the store nor synthesis. A refresh evicts the
+/// tracks it saw change (a move changes the row, not the version). Bounded
+/// by the bytes the layouts hold.
 #[derive(Default)]
-struct CachedLayouts(HashMap<i64, (i64, Arc<Layout>)>, usize);
+struct OpenCache {
+    entries: Mutex<CachedTracks>,
+}
 
-/// Memory the layout cache may hold (generated headers, MP4 `moov`s).
-const LAYOUT_CACHE_BYTES: usize = 16 << 20;
+/// Track id -> (row, layout), and the bytes they hold.
+#[derive(Default)]
+struct CachedTracks(HashMap<i64, (TrackRow, Arc<Layout>)>, usize);
 
-impl LayoutCache {
-    fn get(&self, track_id: i64, version: i64) -> Option<Arc<Layout>> {
+/// Memory the open cache may hold (generated headers, MP4 `moov`s).
+const OPEN_CACHE_BYTES: usize = 16 << 20;
+
+fn cached_bytes(track: &TrackRow, layout: &Layout) -> usize {
+    layout.heap_bytes() + track.backing_path.len() + 256
+}
+
+impl OpenCache {
+    fn get(&self, track_id: i64, version: i64) -> Option<(TrackRow, Arc<Layout>)> {
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         match entries.0.get(&track_id) {
-            Some((v, layout)) if *v == version => Some(layout.clone()),
+            Some((track, layout)) if track.content_version == version => {
+                Some((track.clone(), layout.clone()))
+            }
             _ => None,
         }
     }
 
-    fn put(&self, track_id: i64, version: i64, layout: Arc<Layout>) {
+    fn put(&self, track: &TrackRow, layout: Arc<Layout>) {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        let size = layout.heap_bytes() + 128;
-        if entries.1 + size > LAYOUT_CACHE_BYTES {
+        let size = cached_bytes(track, &layout);
+        if entries.1 + size > OPEN_CACHE_BYTES {
             // Simple and bounded: start over rather than track recency.
             entries.0.clear();
             entries.1 = 0;
         }
-        if let Some((_, old)) = entries.0.insert(track_id, (version, layout)) {
-            entries.1 = entries.1.saturating_sub(old.heap_bytes() + 128);
+        if let Some((t, l)) = entries.0.insert(track.id, (track.clone(), layout)) {
+            entries.1 = entries.1.saturating_sub(cached_bytes(&t, &l));
         }
         entries.1 += size;
+    }
+
+    fn evict(&self, track_ids: impl IntoIterator<Item = i64>) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        for id in track_ids {
+            if let Some((t, l)) = entries.0.remove(&id) {
+                entries.1 = entries.1.saturating_sub(cached_bytes(&t, &l));
+            }
+        }
+    }
+
+    fn clear(&self) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.0.clear();
+        entries.1 = 0;
     }
 }
 
@@ -303,7 +337,7 @@ impl Library {
                 idle: Mutex::new(vec![store]),
             },
             passthrough_logged: Mutex::default(),
-            layouts: LayoutCache::default(),
+            opened: OpenCache::default(),
             seen_seq: Mutex::new(seq),
         })
     }
@@ -350,14 +384,19 @@ impl Library {
                 out.tracks = snapshot.tracks.len();
                 out.rebuilt = true;
                 *tree = new;
+                self.opened.clear();
                 *seen = last;
             }
             Pending::Tracks(changed, last) => {
                 let mut tree = self.tree.write().unwrap_or_else(|e| e.into_inner());
                 out.tracks = changed.len();
-                for (id, placement) in changed {
-                    tree.replace(file_ino(id), placement, &mut out.invalidations);
+                for (id, placement) in &changed {
+                    tree.replace(file_ino(*id), placement.clone(), &mut out.invalidations);
                 }
+                // After the tree: an open that read the store before this
+                // refresh and caches the old row is then caught by the
+                // tree's newer version.
+                self.opened.evict(changed.iter().map(|(id, _)| *id));
                 *seen = last;
             }
         }
@@ -386,7 +425,14 @@ impl Library {
             Some(_) => return Err(io::Error::from_raw_os_error(libc::EISDIR)),
             None => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
         };
-        let (track, backing, layout) = self.pool.with(|store| self.resolve(store, entry.track_id))?;
+        let (track, backing, layout) = match self.opened.get(entry.track_id, entry.content_version) {
+            Some((track, layout)) => {
+                let backing = open_backing(&track)?;
+                (track, backing, layout)
+            }
+            None => self.pool.with(|store| self.resolve(store, entry.track_id))?,
+        };
+        self.log_passthrough(&track);
         if layout.len() != entry.size {
             // The store changed after the tree was built: serve the new
             // version and make the tree's size agree with it.
@@ -422,9 +468,8 @@ impl Library {
                 let Some(track) = s.track(track_id)? else {
                     return Ok(None);
                 };
-                let cached = self.layouts.get(track_id, track.content_version);
-                if !synthesis || cached.is_some() {
-                    return Ok(Some((track, cached, None)));
+                if !synthesis {
+                    return Ok(Some((track, None)));
                 }
                 let blocks = if track.format == Format::Flac {
                     s.flac_blocks(track_id)?
@@ -437,42 +482,44 @@ impl Library {
                     blocks,
                     s.backing_parts(track_id)?,
                 );
-                Ok(Some((track, None, Some(rows))))
+                Ok(Some((track, Some(rows))))
             })
             .map_err(|e| fail("reading the store", &e))?;
-        let (track, cached, rows) = found.ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+        let (track, rows) = found.ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
         let backing = open_backing(&track)?;
-        if !synthesis {
-            let layout = Arc::new(Layout::passthrough(track.stamps.size));
-            return Ok((track, backing, layout));
-        }
-        if let Some(why) = &track.passthrough {
-            if self
+        let layout = match rows {
+            None => Layout::passthrough(track.stamps.size),
+            Some((tags, art, blocks, parts)) => synthesize(&SynthesisInput {
+                track: &track,
+                tags: &tags,
+                art: &art,
+                flac_blocks: &blocks,
+                parts: &parts,
+                options: self.config.synthesis,
+                backing: Some(&backing),
+            })
+            .map_err(|e| fail(&track.backing_path, &e))?,
+        };
+        let layout = Arc::new(layout);
+        self.opened.put(&track, layout.clone());
+        Ok((track, backing, layout))
+    }
+
+    /// A track served byte-identical in synthesis mode is logged once, with
+    /// the reason.
+    fn log_passthrough(&self, track: &TrackRow) {
+        let Some(why) = &track.passthrough else {
+            return;
+        };
+        if self.config.mode == Mode::Synthesis
+            && self
                 .passthrough_logged
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(track_id)
-            {
-                tracing::warn!("{}: served byte-identical: {why}", track.backing_path);
-            }
+                .insert(track.id)
+        {
+            tracing::warn!("{}: served byte-identical: {why}", track.backing_path);
         }
-        if let Some(layout) = cached {
-            return Ok((track, backing, layout));
-        }
-        let (tags, art, blocks, parts) = rows.unwrap_or_default();
-        let layout = synthesize(&SynthesisInput {
-            track: &track,
-            tags: &tags,
-            art: &art,
-            flac_blocks: &blocks,
-            parts: &parts,
-            options: self.config.synthesis,
-            backing: Some(&backing),
-        })
-        .map_err(|e| fail(&track.backing_path, &e))?;
-        let layout = Arc::new(layout);
-        self.layouts.put(track_id, track.content_version, layout.clone());
-        Ok((track, backing, layout))
     }
 
     /// Reads served bytes of an open file into `buf` (cleared first).

@@ -94,6 +94,12 @@ impl Layout {
         &self.generated
     }
 
+    /// True when the layout is the whole backing file of `backing_len`
+    /// bytes, unchanged (so the kernel may read the backing file itself).
+    pub fn is_whole_backing(&self, backing_len: u64) -> bool {
+        matches!(self.segments.as_slice(), [Segment::Backing { offset: 0, len }] if *len == backing_len)
+    }
+
     pub fn segments(&self) -> &[Segment] {
         &self.segments
     }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -23,6 +23,10 @@ use retagfs_core::tree::{Entry, Invalidations, Node, Tree};
 use retagfs_core::watch::Watcher;
 use retagfs_core::{Library, OpenFile};
 
+use open_inodes::OpenInodes;
+
+mod open_inodes;
+
 /// How long the kernel may cache entries and attributes. Long, because a
 /// refresh tells the kernel what to forget as soon as the store changes.
 const TTL: Duration = Duration::from_secs(60);
@@ -34,8 +38,13 @@ pub struct RetagFs {
     lib: Arc<Library>,
     /// Open files; the `Arc` lets a read go on while the handle's entry is
     /// looked up or released by another thread.
-    handles: Mutex<HashMap<u64, Arc<OpenFile>>>,
-    page_cache: PageCache,
+    handles: Mutex<HashMap<u64, Handle>>,
+    open_inodes: OpenInodes,
+    /// Whether the kernel reads whole-backing files itself (FUSE
+    /// passthrough): asked for at init, turned off at the first refusal.
+    passthrough: AtomicBool,
+    /// The kernel sends no opendir/releasedir (listings are cached anyway).
+    no_opendir: bool,
     next_handle: AtomicU64,
     uid: u32,
     gid: u32,
@@ -49,6 +58,9 @@ pub struct MountConfig {
     pub threads: usize,
     /// Let other users see the mount (needs `user_allow_other` for non-root).
     pub allow_other: bool,
+    /// Let the kernel read byte-identical files straight from the backing
+    /// file (FUSE passthrough; needs CAP_SYS_ADMIN and Linux 6.9+).
+    pub kernel_passthrough: bool,
 }
 
 fn errno_of(e: &io::Error) -> Errno {
@@ -64,13 +76,15 @@ fn time_of(ns: i64) -> SystemTime {
 }
 
 impl RetagFs {
-    pub fn new(lib: Arc<Library>) -> RetagFs {
+    pub fn new(lib: Arc<Library>, passthrough: bool) -> RetagFs {
         // SAFETY: getuid/getgid cannot fail and touch no memory.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         RetagFs {
             lib,
             handles: Mutex::default(),
-            page_cache: PageCache::default(),
+            open_inodes: OpenInodes::default(),
+            passthrough: AtomicBool::new(passthrough),
+            no_opendir: false,
             next_handle: AtomicU64::new(1),
             uid,
             gid,
@@ -99,6 +113,56 @@ impl RetagFs {
             rdev: 0,
             flags: 0,
             blksize: BLOCK_SIZE,
+        }
+    }
+}
+
+/// An open file handle.
+struct Handle {
+    file: Arc<OpenFile>,
+    /// The kernel reads the backing file itself.
+    passthrough: bool,
+}
+
+impl RetagFs {
+    fn keep_handle(&self, fh: u64, file: OpenFile, passthrough: bool) {
+        let handle = Handle {
+            file: Arc::new(file),
+            passthrough,
+        };
+        self.handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(fh, handle);
+    }
+
+    /// A backing id when the kernel can read this file from its backing
+    /// file. The first refusal (no CAP_SYS_ADMIN, a backing file system
+    /// that cannot be stacked on) turns passthrough off for the mount.
+    fn open_passthrough(
+        &self,
+        ino: u64,
+        file: &OpenFile,
+        reply: &ReplyOpen,
+    ) -> Option<Arc<fuser::BackingId>> {
+        if !self.passthrough.load(Ordering::Relaxed) {
+            return None;
+        }
+        let backing = file.whole_backing_file()?;
+        match self
+            .open_inodes
+            .open_passthrough(ino, || reply.open_backing(backing))
+        {
+            Ok(id) => id,
+            Err(e) => {
+                if self.passthrough.swap(false, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "kernel passthrough refused ({e}): {} and other files are read through the daemon",
+                        file.track.backing_path
+                    );
+                }
+                None
+            }
         }
     }
 }
@@ -137,6 +201,27 @@ impl Filesystem for RetagFs {
     fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> io::Result<()> {
         // Listings carry attributes; a kernel without it falls back to READDIR.
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
+        // Directories need no open: one round trip less per directory walked.
+        self.no_opendir = config
+            .add_capabilities(fuser::InitFlags::FUSE_NO_OPENDIR_SUPPORT)
+            .is_ok();
+        if self.passthrough.load(Ordering::Relaxed) {
+            // Depth 2: backing files may sit on a stacked file system
+            // (overlayfs) themselves.
+            let on = config
+                .add_capabilities(fuser::InitFlags::FUSE_PASSTHROUGH)
+                .is_ok()
+                && config.set_max_stack_depth(2).is_ok();
+            self.passthrough.store(on, Ordering::Relaxed);
+        }
+        tracing::info!(
+            "kernel passthrough for byte-identical files: {}",
+            if self.passthrough.load(Ordering::Relaxed) {
+                "on"
+            } else {
+                "off"
+            }
+        );
         Ok(())
     }
 
@@ -165,19 +250,23 @@ impl Filesystem for RetagFs {
             return;
         }
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        match self.lib.open(ino.0) {
-            Ok(file) => {
-                // Nothing is ever written, so there is nothing to flush.
-                let flags =
-                    self.page_cache.opened(ino.0, file.track.content_version) | FopenFlags::FOPEN_NOFLUSH;
-                self.handles
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(fh, Arc::new(file));
-                reply.opened(FileHandle(fh), flags);
+        let file = match self.lib.open(ino.0) {
+            Ok(file) => file,
+            Err(e) => {
+                reply.error(errno_of(&e));
+                return;
             }
-            Err(e) => reply.error(errno_of(&e)),
+        };
+        // Nothing is ever written, so there is nothing to flush.
+        let flags = FopenFlags::FOPEN_NOFLUSH;
+        if let Some(id) = self.open_passthrough(ino.0, &file, &reply) {
+            self.keep_handle(fh, file, true);
+            reply.opened_passthrough(FileHandle(fh), flags, &id);
+            return;
         }
+        let flags = flags | self.open_inodes.opened(ino.0, file.track.content_version);
+        self.keep_handle(fh, file, false);
+        reply.opened(FileHandle(fh), flags);
     }
 
     fn read(
@@ -196,7 +285,7 @@ impl Filesystem for RetagFs {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&fh.0)
-            .cloned();
+            .map(|h| h.file.clone());
         let Some(file) = file else {
             reply.error(Errno::EBADF);
             return;
@@ -217,13 +306,15 @@ impl Filesystem for RetagFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let file = self
+        let handle = self
             .handles
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&fh.0);
-        if let Some(file) = file {
-            self.page_cache.released(ino.0, file.track.content_version);
+        match handle {
+            Some(h) if h.passthrough => self.open_inodes.released_passthrough(ino.0),
+            Some(h) => self.open_inodes.released(ino.0, h.file.track.content_version),
+            None => {}
         }
         reply.ok();
     }
@@ -241,6 +332,11 @@ impl Filesystem for RetagFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if self.no_opendir {
+            // The kernel then stops asking, and caches listings as below.
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         match self.lib.tree().get(ino.0).map(|n| &n.entry) {
             // The kernel keeps listings until a refresh invalidates the
             // directory's inode.
@@ -343,7 +439,7 @@ impl Mount {
         }
         options.n_threads = Some(config.threads.max(2));
         options.clone_fd = true;
-        let fs = RetagFs::new(lib.clone());
+        let fs = RetagFs::new(lib.clone(), config.kernel_passthrough);
         let session = Session::new(fs, mountpoint, &options)?;
         let notifier = session.notifier();
         let db = lib.db_path().to_path_buf();
@@ -378,72 +474,10 @@ fn forget(notifier: &fuser::Notifier, inv: &Invalidations) {
     }
 }
 
-/// Which version of each file the kernel's page cache may hold, so that no
-/// reader ever gets pages of two versions: a handle opened while handles of
-/// another version are open bypasses the cache (direct I/O); otherwise the
-/// cache is kept only when it holds this very version.
-#[derive(Default)]
-struct PageCache {
-    inodes: Mutex<HashMap<u64, CacheState>>,
-}
-
-#[derive(Default)]
-struct CacheState {
-    /// Open handles per content version.
-    open: HashMap<i64, usize>,
-    /// The version whose pages the cache may hold.
-    cached: Option<i64>,
-}
-
-impl PageCache {
-    fn opened(&self, ino: u64, version: i64) -> FopenFlags {
-        let mut inodes = self.inodes.lock().unwrap_or_else(|e| e.into_inner());
-        let state = inodes.entry(ino).or_default();
-        let others_open = state.open.iter().any(|(&v, &n)| v != version && n > 0);
-        *state.open.entry(version).or_default() += 1;
-        if others_open {
-            return FopenFlags::FOPEN_DIRECT_IO;
-        }
-        let keep = state.cached == Some(version);
-        state.cached = Some(version);
-        if keep {
-            FopenFlags::FOPEN_KEEP_CACHE
-        } else {
-            FopenFlags::empty()
-        }
-    }
-
-    fn released(&self, ino: u64, version: i64) {
-        let mut inodes = self.inodes.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(state) = inodes.get_mut(&ino) {
-            if let Some(n) = state.open.get_mut(&version) {
-                *n = n.saturating_sub(1);
-            }
-            state.open.retain(|_, n| *n > 0);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use retagfs_core::tree::ROOT_INO;
-
-    #[test]
-    fn page_cache_never_mixes_versions() {
-        let c = PageCache::default();
-        // First open: the cache may hold anything, so it is dropped.
-        assert_eq!(c.opened(5, 1), FopenFlags::empty());
-        // Same version again: keep it.
-        assert_eq!(c.opened(5, 1), FopenFlags::FOPEN_KEEP_CACHE);
-        // A new version while version 1 is still open: bypass the cache.
-        assert_eq!(c.opened(5, 2), FopenFlags::FOPEN_DIRECT_IO);
-        c.released(5, 1);
-        c.released(5, 1);
-        // Version 1 closed; the cache may still hold its pages: drop them.
-        assert_eq!(c.opened(5, 2), FopenFlags::empty());
-        assert_eq!(c.opened(5, 2), FopenFlags::FOPEN_KEEP_CACHE);
-    }
 
     #[test]
     fn root_inode_matches_fuse_root() {
