@@ -522,13 +522,17 @@ impl Library {
         }
     }
 
-    /// Reads served bytes of an open file into `buf` (cleared first).
-    pub fn read(&self, file: &OpenFile, offset: u64, size: usize, buf: &mut Vec<u8>) -> io::Result<()> {
+    /// Reads served bytes of an open file into `buf`, which only grows
+    /// (zeroing a buffer per read cost more than a tenth of a cold read):
+    /// returns the part read.
+    pub fn read<'b>(&self, file: &OpenFile, offset: u64, size: usize, buf: &'b mut Vec<u8>) -> io::Result<&'b [u8]> {
         let want = size.min(file.layout.len().saturating_sub(offset) as usize);
-        buf.clear();
-        buf.resize(want, 0);
+        if buf.len() < want {
+            buf.resize(want, 0);
+        }
+        let out = &mut buf[..want];
         let src = Sources { lib: self, file };
-        file.layout.read_at(offset, buf, &src).map_err(|e| {
+        file.layout.read_at(offset, out, &src).map_err(|e| {
             tracing::warn!("{}: read at {offset} failed: {e}", file.track.backing_path);
             eio()
         })?;
@@ -536,7 +540,7 @@ impl Library {
         // are never returned. (A file replaced by rename keeps serving the
         // old inode, which is still consistent.)
         check_stamps(&file.track, &file.backing)?;
-        Ok(())
+        Ok(out)
     }
 }
 

@@ -59,12 +59,12 @@ fn read_all(lib: &Library, ino: u64) -> Vec<u8> {
     // Odd read sizes straddle segment boundaries.
     let mut offset = 0;
     loop {
-        lib.read(&file, offset, 1000, &mut buf).unwrap();
-        if buf.is_empty() {
+        let got = lib.read(&file, offset, 1000, &mut buf).unwrap();
+        if got.is_empty() {
             break;
         }
-        offset += buf.len() as u64;
-        out.extend_from_slice(&buf);
+        offset += got.len() as u64;
+        out.extend_from_slice(got);
     }
     out
 }
@@ -238,10 +238,10 @@ fn synthesized_files_are_consistent_at_any_offset_and_probe_back() {
             seed ^= seed << 17;
             let offset = seed % (whole.len() as u64 + 10);
             let size = (seed >> 40) as usize % 70_000;
-            lib.read(&file, offset, size, &mut buf).unwrap();
+            let got = lib.read(&file, offset, size, &mut buf).unwrap();
             let start = (offset as usize).min(whole.len());
             let end = (start + size).min(whole.len());
-            assert_eq!(buf, whole[start..end], "{} at {offset}+{size}", t.backing_path);
+            assert_eq!(got, &whole[start..end], "{} at {offset}+{size}", t.backing_path);
         }
 
         let probed = probe(&Source::new(&whole as &dyn ReadAt, whole.len() as u64))
@@ -354,15 +354,12 @@ fn open_handle_keeps_its_version_across_a_retag() {
         .unwrap();
     let old = read_all(&lib, file_ino(t.id));
     let file = lib.open(file_ino(t.id)).unwrap();
-    let mut first = Vec::new();
-    lib.read(&file, 0, 3000, &mut first).unwrap();
+    let mut first = lib.read(&file, 0, 3000, &mut Vec::new()).unwrap().to_vec();
     let tx = db.write().unwrap();
     store::set_tag(&tx, t.id, "title", &["A much longer title than before".into()]).unwrap();
     tx.commit().unwrap();
     lib.refresh().unwrap();
-    let mut rest = Vec::new();
-    lib.read(&file, 3000, old.len(), &mut rest).unwrap();
-    first.extend_from_slice(&rest);
+    first.extend_from_slice(lib.read(&file, 3000, old.len(), &mut Vec::new()).unwrap());
     assert_eq!(first, old);
     assert_ne!(read_all(&lib, file_ino(t.id)), old);
 }

@@ -291,7 +291,7 @@ impl Filesystem for RetagFs {
             return;
         };
         READ_BUF.with_borrow_mut(|buf| match self.lib.read(&file, offset, size as usize, buf) {
-            Ok(()) => reply.data(buf),
+            Ok(data) => reply.data(data),
             Err(e) => reply.error(errno_of(&e)),
         });
     }
