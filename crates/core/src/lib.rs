@@ -6,6 +6,7 @@ pub mod library;
 pub mod scan;
 pub mod template;
 pub mod tree;
+mod walk;
 pub mod watch;
 
 use std::os::unix::fs::MetadataExt;

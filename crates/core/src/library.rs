@@ -525,7 +525,13 @@ impl Library {
     /// Reads served bytes of an open file into `buf`, which only grows
     /// (zeroing a buffer per read cost more than a tenth of a cold read):
     /// returns the part read.
-    pub fn read<'b>(&self, file: &OpenFile, offset: u64, size: usize, buf: &'b mut Vec<u8>) -> io::Result<&'b [u8]> {
+    pub fn read<'b>(
+        &self,
+        file: &OpenFile,
+        offset: u64,
+        size: usize,
+        buf: &'b mut Vec<u8>,
+    ) -> io::Result<&'b [u8]> {
         let want = size.min(file.layout.len().saturating_sub(offset) as usize);
         if buf.len() < want {
             buf.resize(want, 0);

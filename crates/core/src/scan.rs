@@ -104,59 +104,6 @@ fn check_roots(roots: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
         .collect()
 }
 
-/// Lists candidate files: (path, stamps). Symlinks are followed only when
-/// asked; loops are reported and skipped.
-fn walk(
-    roots: &[PathBuf],
-    follow: bool,
-    progress: &dyn Fn(Progress),
-    summary: &mut ScanSummary,
-) -> Vec<(String, Stamps)> {
-    let mut out = Vec::new();
-    let mut seen = HashSet::new();
-    for root in roots {
-        for entry in walkdir::WalkDir::new(root).follow_links(follow) {
-            let entry = match entry {
-                Ok(e) => e,
-                Err(e) => {
-                    tracing::warn!("skipping: {e}");
-                    continue;
-                }
-            };
-            if !entry.file_type().is_file() {
-                continue;
-            }
-            let name = entry.file_name().to_string_lossy();
-            if name.starts_with("._") || NOT_AUDIO.contains(&extension(&name).as_str()) {
-                summary.skipped += 1;
-                continue;
-            }
-            let Some(path) = entry.path().to_str().map(str::to_string) else {
-                let p = entry.path().display().to_string();
-                summary.failed += 1;
-                summary
-                    .failures
-                    .push((p, "file name is not valid UTF-8; rename it to scan it".into()));
-                continue;
-            };
-            if !seen.insert(path.clone()) {
-                continue;
-            }
-            match entry.metadata() {
-                Ok(meta) => out.push((path, crate::stamps(&meta))),
-                Err(e) => {
-                    summary.failed += 1;
-                    summary.failures.push((path, format!("cannot stat: {e}")));
-                }
-            }
-            if out.len() % 1024 == 0 {
-                progress(Progress::Walking(out.len() as u64));
-            }
-        }
-    }
-    out
-}
-
 /// Probes one file and computes its content fingerprint.
 fn probe_file(job: &Job) -> Result<ScannedTrack, ProbeError> {
     let file = File::open(&job.path)?;
@@ -208,52 +155,62 @@ fn worker(jobs: Receiver<Job>, results: Sender<Outcome>) {
     }
 }
 
+/// Whether `path` is under one of the (canonical, UTF-8) roots: compared
+/// as strings, which is many times cheaper than by path components.
 fn under_roots(path: &str, roots: &[PathBuf]) -> bool {
-    roots.iter().any(|r| Path::new(path).starts_with(r))
+    roots.iter().any(|r| {
+        let r = r.to_string_lossy();
+        let r = r.trim_end_matches('/');
+        path.strip_prefix(r).is_some_and(|rest| rest.starts_with('/'))
+    })
 }
 
 /// Scans `opts.roots` into the store.
 /// Change-log entries a scan keeps; a mount further behind rebuilds.
 const CHANGE_LOG_KEEP: i64 = 1_000_000;
 
-pub fn scan(db: &mut Store, opts: &ScanOptions, progress: &dyn Fn(Progress)) -> anyhow::Result<ScanSummary> {
+pub fn scan(
+    db: &mut Store,
+    opts: &ScanOptions,
+    progress: &(dyn Fn(Progress) + Sync),
+) -> anyhow::Result<ScanSummary> {
     let started = Instant::now();
     let roots = check_roots(&opts.roots)?;
     let mut summary = ScanSummary::default();
-    let files = walk(&roots, opts.follow_symlinks, progress, &mut summary);
-    tracing::debug!("walked {} files in {:?}", files.len(), started.elapsed());
+    let wanted = |name: &str| !name.starts_with("._") && !NOT_AUDIO.contains(&extension(name).as_str());
+    // The store's stamps are read while the walk runs.
+    let (walked, known) = std::thread::scope(|s| {
+        let walk = s.spawn(|| {
+            crate::walk::walk(&roots, opts.follow_symlinks, opts.jobs, &wanted, &|n| {
+                progress(Progress::Walking(n))
+            })
+        });
+        let known = db
+            .stamps_by_path()
+            .and_then(|known| Ok((known, db.failure_stamps()?)));
+        tracing::debug!("read stamps from the store at {:?}", started.elapsed());
+        (walk.join().expect("walk panicked"), known)
+    });
+    let (mut known, mut known_failures) = known?;
+    tracing::debug!("walked {} files at {:?}", walked.files.len(), started.elapsed());
+    summary.skipped += walked.skipped;
+    summary.failed += walked.failures.len() as u64;
+    summary.failures.extend(walked.failures);
 
-    let known = db.stamps_by_path()?;
-    tracing::debug!(
-        "read {} stamps from the store at {:?}",
-        known.len(),
-        started.elapsed()
-    );
-    let known_failures = db.failure_stamps()?;
-    let seen: HashSet<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
-    let mut missing: Vec<i64> = known
-        .iter()
-        .filter(|(p, _)| under_roots(p, &roots) && !seen.contains(p.as_str()))
-        .map(|(_, (id, _))| *id)
-        .collect();
-    missing.sort_unstable();
-    let mut moved_from = db.fingerprints(&missing)?;
-    let gone_failures: Vec<String> = known_failures
-        .keys()
-        .filter(|p| under_roots(p, &roots) && !seen.contains(p.as_str()))
-        .cloned()
-        .collect();
-
+    // Each file found takes its row out of `known`: what is left is gone.
     let mut todo = Vec::new();
-    for (path, stamps) in files {
-        match known.get(&path) {
-            Some((_, old)) if *old == stamps => summary.unchanged += 1,
+    for (path, stamps) in walked.files {
+        let failure = (!known_failures.is_empty())
+            .then(|| known_failures.remove(&path))
+            .flatten();
+        match known.remove(&path) {
+            Some((_, old)) if old == stamps => summary.unchanged += 1,
             Some((id, _)) => todo.push(Job {
                 path,
                 stamps,
-                existing: Some(*id),
+                existing: Some(id),
             }),
-            None if known_failures.get(&path) == Some(&stamps) => summary.failed += 1,
+            None if failure == Some(stamps) => summary.failed += 1,
             None => todo.push(Job {
                 path,
                 stamps,
@@ -261,6 +218,17 @@ pub fn scan(db: &mut Store, opts: &ScanOptions, progress: &dyn Fn(Progress)) -> 
             }),
         }
     }
+    let mut missing: Vec<i64> = known
+        .into_iter()
+        .filter(|(p, _)| under_roots(p, &roots))
+        .map(|(_, (id, _))| id)
+        .collect();
+    missing.sort_unstable();
+    let mut moved_from = db.fingerprints(&missing)?;
+    let gone_failures: Vec<String> = known_failures
+        .into_keys()
+        .filter(|p| under_roots(p, &roots))
+        .collect();
     progress(Progress::Probing(todo.len() as u64));
     tracing::debug!("{} files to probe at {:?}", todo.len(), started.elapsed());
 
