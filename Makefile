@@ -44,8 +44,10 @@ test: deps lint unit e2e
 demo: build
 	bash scripts/demo.sh
 
-# Live-refresh figures for 100 to 100k tracks (prints a table; not a test).
+# The benchmark suite (prints tables; not a test): criterion benches of the
+# in-process hot paths, then the whole-system figures against direct reads.
 bench: build
+	$(CARGO) bench --locked -p retagfs-core --bench hot_paths -- --warm-up-time 1 --measurement-time 2 --noplot
 	python3 scripts/bench.py
 
 fixtures:

@@ -1,0 +1,216 @@
+//! Criterion benches of the in-process hot paths: probe per format, path
+//! template render, layout build (synthesis from store rows) per format,
+//! and `Library::read` per format and read size (4 KiB to 1 MiB).
+//!
+//! Inputs are 30-second files made with the real encoders (sox, flac,
+//! lame, ffmpeg, oggenc, opusenc: `make deps` installs them), each with a
+//! 100 kB cover added in the store, so layouts carry art like a real
+//! library's. Run with `cargo bench -p retagfs-core` (or `make bench`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use retagfs_core::scan::{scan, ScanOptions};
+use retagfs_core::tree::file_ino;
+use retagfs_core::{Fallbacks, Library, Mode, Template, TrackFields, ViewConfig, DEFAULT_TEMPLATE};
+use retagfs_formats::{probe, synthesize, Source, SynthesisInput};
+use retagfs_store::{self as store, NewArt, Store, TrackRow};
+
+const SECONDS: &str = "30";
+const READ_SIZES: [usize; 4] = [4 << 10, 64 << 10, 256 << 10, 1 << 20];
+
+fn run(cmd: &mut Command) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e} (install the encoders: make deps)"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// One file per format, made from the same 30 s of pink noise.
+fn make_library(dir: &Path) -> Vec<PathBuf> {
+    let wav = dir.join("source.wav");
+    run(Command::new("sox")
+        .args(["-n", "-r", "44100", "-c", "2", "-b", "16"])
+        .arg(&wav)
+        .args(["synth", SECONDS, "pinknoise", "gain", "-12"]));
+    let lib = dir.join("library");
+    std::fs::create_dir(&lib).unwrap();
+    let out = |name: &str| lib.join(name);
+    run(Command::new("flac")
+        .args(["-s", "-f", "-T", "TITLE=Bench FLAC", "-o"])
+        .arg(out("a.flac"))
+        .arg(&wav));
+    run(Command::new("lame")
+        .args(["--quiet", "-b", "320", "--tt", "Bench MP3"])
+        .arg(&wav)
+        .arg(out("a.mp3")));
+    run(Command::new("ffmpeg")
+        .args(["-v", "error", "-y", "-i"])
+        .arg(&wav)
+        .args([
+            "-c:a",
+            "aac",
+            "-b:a",
+            "256k",
+            "-metadata",
+            "title=Bench M4A",
+            "-movflags",
+            "+faststart",
+        ])
+        .arg(out("a.m4a")));
+    run(Command::new("oggenc")
+        .args(["-Q", "-q", "8", "-t", "Bench Vorbis", "-o"])
+        .arg(out("a.ogg"))
+        .arg(&wav));
+    run(Command::new("opusenc")
+        .args(["--quiet", "--bitrate", "256", "--title", "Bench Opus"])
+        .arg(&wav)
+        .arg(out("a.opus")));
+    run(Command::new("ffmpeg")
+        .args(["-v", "error", "-y", "-i"])
+        .arg(&wav)
+        .args(["-c:a", "pcm_s16le", "-metadata", "title=Bench WAV"])
+        .arg(out("a.wav")));
+    ["flac", "mp3", "m4a", "ogg", "opus", "wav"]
+        .iter()
+        .map(|e| out(&format!("a.{e}")))
+        .collect()
+}
+
+fn view() -> ViewConfig {
+    ViewConfig {
+        template: Template::parse(DEFAULT_TEMPLATE).unwrap(),
+        fallbacks: Fallbacks::standard(),
+        mode: Mode::Synthesis,
+        synthesis: Default::default(),
+    }
+}
+
+/// Scans the library, adds tags and a 100 kB cover to every track.
+fn scanned(dir: &Path, lib: &Path) -> (PathBuf, Vec<TrackRow>) {
+    let db_path = dir.join("store.db");
+    let mut db = Store::open(&db_path).unwrap();
+    let opts = ScanOptions {
+        roots: vec![lib.to_path_buf()],
+        follow_symlinks: false,
+        jobs: 2,
+        prune: false,
+    };
+    scan(&mut db, &opts, &|_| {}).unwrap();
+    let mut tracks = Vec::new();
+    for path in std::fs::read_dir(lib).unwrap() {
+        let path = path.unwrap().path();
+        tracks.push(db.resolve_track(path.to_str().unwrap()).unwrap());
+    }
+    tracks.sort_by(|a, b| a.backing_path.cmp(&b.backing_path));
+    let cover = NewArt {
+        mime: "image/jpeg".into(),
+        width: 500,
+        height: 500,
+        depth: 24,
+        data: (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect(),
+    };
+    let tx = db.write().unwrap();
+    for t in &tracks {
+        for (k, v) in [
+            ("artist", "Bench Artist"),
+            ("album", "Bench Album"),
+            ("tracknumber", "1"),
+            ("date", "2024"),
+        ] {
+            store::set_tag(&tx, t.id, k, &[v.into()]).unwrap();
+        }
+        store::set_art(&tx, t.id, &cover, 3).unwrap();
+    }
+    tx.commit().unwrap();
+    let tracks = tracks.iter().map(|t| db.track(t.id).unwrap().unwrap()).collect();
+    (db_path, tracks)
+}
+
+fn ext(t: &TrackRow) -> String {
+    Path::new(&t.backing_path)
+        .extension()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn benches(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let files = make_library(dir.path());
+    let (db_path, tracks) = scanned(dir.path(), &dir.path().join("library"));
+
+    let mut g = c.benchmark_group("probe");
+    for f in &files {
+        let bytes = std::fs::read(f).unwrap();
+        let name = f.extension().unwrap().to_string_lossy().into_owned();
+        g.bench_function(&name, |b| {
+            b.iter(|| probe(&Source::new(&bytes, bytes.len() as u64)).unwrap())
+        });
+    }
+    g.finish();
+
+    let db = Store::open_read_only(&db_path).unwrap();
+    let config = view();
+    let mut g = c.benchmark_group("template render");
+    let t = &tracks[0];
+    let tags = db.tags(t.id).unwrap();
+    g.bench_function("default template", |b| {
+        b.iter(|| {
+            config
+                .template
+                .render(&TrackFields::new(t, &tags), &config.fallbacks)
+        })
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("layout build");
+    for t in &tracks {
+        let (tags, art, blocks, parts) = (
+            db.tags(t.id).unwrap(),
+            db.art_links(t.id).unwrap(),
+            db.flac_blocks(t.id).unwrap(),
+            db.backing_parts(t.id).unwrap(),
+        );
+        let backing = std::fs::File::open(&t.backing_path).unwrap();
+        let input = SynthesisInput {
+            track: t,
+            tags: &tags,
+            art: &art,
+            flac_blocks: &blocks,
+            parts: &parts,
+            options: config.synthesis,
+            backing: Some(&backing),
+        };
+        g.bench_function(ext(t), |b| b.iter(|| synthesize(&input).unwrap()));
+    }
+    g.finish();
+
+    let lib = Library::load(&db_path, view()).unwrap();
+    let mut g = c.benchmark_group("read");
+    for t in &tracks {
+        let file = lib.open(file_ino(t.id)).unwrap();
+        let len = file.layout.len();
+        let mut buf = Vec::new();
+        for size in READ_SIZES {
+            g.throughput(Throughput::Bytes(size as u64));
+            // Sequential reads through the whole file, wrapping around.
+            let mut offset = 0u64;
+            g.bench_with_input(BenchmarkId::new(ext(t), size), &size, |b, &size| {
+                b.iter(|| {
+                    let n = lib.read(&file, offset, size, &mut buf).unwrap().len() as u64;
+                    offset = if offset + n >= len { 0 } else { offset + n };
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(hot_paths, benches);
+criterion_main!(hot_paths);
