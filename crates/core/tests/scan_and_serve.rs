@@ -202,6 +202,45 @@ fn changed_backing_file_is_eio_not_stale_bytes() {
     assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
 }
 
+/// The Ogg page checksum (CRC-32, polynomial 0x04c11db7, not reflected),
+/// written here independently of the one retagfs serves with.
+fn ogg_crc(page: &[u8]) -> u32 {
+    let mut crc = 0u32;
+    for &b in page {
+        crc ^= u32::from(b) << 24;
+        for _ in 0..8 {
+            crc = if crc & 0x8000_0000 != 0 {
+                (crc << 1) ^ 0x04c1_1db7
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// Every page of a served Ogg file has a valid checksum and the page
+/// sequence numbers count up from 0 without a gap.
+fn check_ogg_pages(file: &[u8], name: &str) {
+    let (mut at, mut seq) = (0usize, 0u32);
+    while at < file.len() {
+        let h = &file[at..];
+        assert_eq!(&h[..4], b"OggS", "{name}: no page at {at}");
+        let segments = h[26] as usize;
+        let len = 27 + segments + h[27..27 + segments].iter().map(|&l| l as usize).sum::<usize>();
+        let mut page = h[..len].to_vec();
+        let stored = u32::from_le_bytes(page[22..26].try_into().unwrap());
+        page[22..26].fill(0);
+        assert_eq!(ogg_crc(&page), stored, "{name}: bad checksum of the page at {at}");
+        assert_eq!(
+            u32::from_le_bytes(page[18..22].try_into().unwrap()),
+            seq,
+            "{name}: page at {at}"
+        );
+        (at, seq) = (at + len, seq + 1);
+    }
+}
+
 /// Every synthesized file, with new tags and a 100 kB picture, reads the
 /// same at any offset as sequentially, and our own probe reads the store's
 /// tags and pictures back from it.
@@ -244,6 +283,9 @@ fn synthesized_files_are_consistent_at_any_offset_and_probe_back() {
             assert_eq!(got, &whole[start..end], "{} at {offset}+{size}", t.backing_path);
         }
 
+        if matches!(t.format, Format::Vorbis | Format::Opus) {
+            check_ogg_pages(&whole, &t.backing_path);
+        }
         let probed = probe(&Source::new(&whole as &dyn ReadAt, whole.len() as u64))
             .unwrap_or_else(|e| panic!("{}: served file does not probe: {e}", t.backing_path));
         let mut want = db.tags(t.id).unwrap();

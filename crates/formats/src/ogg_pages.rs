@@ -19,65 +19,43 @@ const CRC_AT: usize = 22;
 const SERIAL_AT: usize = 14;
 
 /// The Ogg checksum: CRC-32, polynomial 0x04c11db7, no reflection, zero
-/// initial value and no final xor. Eight bytes per step ("slicing by 8"):
-/// every audio byte served goes through it.
+/// initial value and no final xor. Every audio byte served goes through
+/// it, hence the 16-way sliced tables.
+static OGG_CRC: crc::Crc<u32, crc::Table<16>> = crc::Crc::<u32, crc::Table<16>>::new(&crc::Algorithm {
+    width: 32,
+    poly: 0x04c1_1db7,
+    init: 0,
+    refin: false,
+    refout: false,
+    xorout: 0,
+    check: 0x89a1_897f,
+    residue: 0,
+});
+
 pub fn crc(data: &[u8]) -> u32 {
-    static TABLES: std::sync::OnceLock<[[u32; 256]; 8]> = std::sync::OnceLock::new();
-    let t = TABLES.get_or_init(|| {
-        let mut t = [[0u32; 256]; 8];
-        for (i, e) in t[0].iter_mut().enumerate() {
-            let mut r = (i as u32) << 24;
-            for _ in 0..8 {
-                r = if r & 0x8000_0000 != 0 {
-                    (r << 1) ^ 0x04c1_1db7
-                } else {
-                    r << 1
-                };
-            }
-            *e = r;
-        }
-        for k in 1..8 {
-            let (done, rest) = t.split_at_mut(k);
-            for (e, &prev) in rest[0].iter_mut().zip(done[k - 1].iter()) {
-                *e = (prev << 8) ^ done[0][(prev >> 24) as usize];
-            }
-        }
-        t
-    });
-    let mut c = 0u32;
-    let mut chunks = data.chunks_exact(8);
-    for b in &mut chunks {
-        let hi = c ^ u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-        c = t[7][(hi >> 24) as usize]
-            ^ t[6][(hi >> 16) as usize & 0xff]
-            ^ t[5][(hi >> 8) as usize & 0xff]
-            ^ t[4][hi as usize & 0xff]
-            ^ t[3][b[4] as usize]
-            ^ t[2][b[5] as usize]
-            ^ t[1][b[6] as usize]
-            ^ t[0][b[7] as usize];
-    }
-    chunks
-        .remainder()
-        .iter()
-        .fold(c, |c, &b| (c << 8) ^ t[0][((c >> 24) as u8 ^ b) as usize])
+    OGG_CRC.checksum(data)
 }
 
 fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg)
 }
 
-/// Length of the page whose header starts `window[at..]`, if it has a page
-/// header and fits in the window (its checksum unchecked).
-fn page_len(window: &[u8], at: usize) -> Option<usize> {
+/// Length of the page whose header (and lacing) starts `window[at..]`, if
+/// it is a page header; the page may run past the window.
+fn declared_page_len(window: &[u8], at: usize) -> Option<usize> {
     let h = window.get(at..at + HEADER_LEN)?;
     if &h[..5] != b"OggS\0" {
         return None;
     }
     let segments = h[26] as usize;
     let lacing = window.get(at + HEADER_LEN..at + HEADER_LEN + segments)?;
-    let len = HEADER_LEN + segments + lacing.iter().map(|&l| l as usize).sum::<usize>();
-    (at + len <= window.len()).then_some(len)
+    Some(HEADER_LEN + segments + lacing.iter().map(|&l| l as usize).sum::<usize>())
+}
+
+/// Length of the page whose header starts `window[at..]`, if it has a page
+/// header and fits in the window (its checksum unchecked).
+fn page_len(window: &[u8], at: usize) -> Option<usize> {
+    declared_page_len(window, at).filter(|len| at + len <= window.len())
 }
 
 /// Length of the page whose header starts `window[at..]`, if there is one
@@ -355,31 +333,41 @@ impl Computed for AudioPages {
         let serial = self.serial.get(src)?;
         let at = self.offset + pos;
         let first = self.page_containing(at, src)?;
-        // One backing read for every page the request touches: the last one
-        // ends at most a page length past the request.
-        let span_end = (at + out.len() as u64 + MAX_PAGE_LEN as u64).min(self.end());
+        // Backing bytes from the first page on, read once and extended only
+        // as needed: a page's body is served as it is, and only a page whose
+        // header the request touches needs all its bytes (for the checksum).
+        let limit = (self.end() - first.start) as usize;
+        let wanted = (at - first.start) as usize + out.len() + HEADER_LEN + 255;
         SPAN.with_borrow_mut(|span| {
             span.clear();
-            span.resize((span_end - first.start) as usize, 0);
-            src.read_backing(first.start, span)?;
+            // The requested bytes and the next page header in one read;
+            // only the last page may need more.
+            extend_span(span, first.start, wanted.min(limit), src)?;
             let (mut p, mut done, mut last) = (0usize, 0usize, first.start);
             while done < out.len() {
                 let start = first.start + p as u64;
-                let len = page_len(span, p)
+                extend_span(span, first.start, (p + HEADER_LEN + 255).min(limit), src)?;
+                let len = declared_page_len(span, p)
                     .filter(|_| span[p + SERIAL_AT..p + SERIAL_AT + 4] == serial)
                     .ok_or_else(|| invalid(format!("no Ogg page of this stream at offset {start}")))?;
-                let page = &mut span[p..p + len];
-                if page[5] & 2 != 0 {
+                if p + len > limit {
+                    return Err(invalid(format!("Ogg page at {start} runs past the end")));
+                }
+                if span[p + 5] & 2 != 0 {
                     // A chained stream that reuses the serial number: the scan
                     // could not tell, and renumbering its pages would be wrong.
                     return Err(invalid(format!(
                         "a second logical stream begins at offset {start} (chained Ogg stream)"
                     )));
                 }
-                renumber(page, self.seq_delta);
                 let from = (at + done as u64).saturating_sub(start) as usize;
                 let n = (out.len() - done).min(len - from);
-                out[done..done + n].copy_from_slice(&page[from..from + n]);
+                extend_span(span, first.start, p + from + n, src)?;
+                if from < CRC_AT + 4 {
+                    extend_span(span, first.start, p + len, src)?;
+                    renumber(&mut span[p..p + len], self.seq_delta);
+                }
+                out[done..done + n].copy_from_slice(&span[p + from..p + from + n]);
                 done += n;
                 last = start;
                 p += len;
@@ -388,6 +376,16 @@ impl Computed for AudioPages {
             Ok(())
         })
     }
+}
+
+/// Grows `span` (backing bytes from `base`) to `upto` bytes.
+fn extend_span(span: &mut Vec<u8>, base: u64, upto: usize, src: &dyn SegmentSource) -> io::Result<()> {
+    let have = span.len();
+    if upto > have {
+        span.resize(upto, 0);
+        src.read_backing(base + have as u64, &mut span[have..])?;
+    }
+    Ok(())
 }
 
 /// Adds `delta` to a page's sequence number and recomputes its checksum.
