@@ -88,7 +88,132 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
     }
     probe.audio_offset = pos;
     probe.audio_length = src.size() - pos;
+    if let Some((_, streaminfo)) = probe.flac_blocks.first() {
+        check_audio_end(src, pos, &StreamInfo::parse(streaminfo))?;
+    }
     Ok(probe)
+}
+
+/// What the end-of-audio check needs from STREAMINFO.
+struct StreamInfo {
+    min_block: u64,
+    max_frame_len: u64,
+    total_samples: u64,
+}
+
+impl StreamInfo {
+    fn parse(body: &[u8]) -> StreamInfo {
+        StreamInfo {
+            min_block: u64::from(u16::from_be_bytes([body[0], body[1]])),
+            max_frame_len: u64::from(be_u24(&body[7..])),
+            total_samples: u64::from_be_bytes([
+                0,
+                0,
+                0,
+                body[13] & 0x0f,
+                body[14],
+                body[15],
+                body[16],
+                body[17],
+            ]),
+        }
+    }
+}
+
+static FRAME_HEADER_CRC: crc::Crc<u8> = crc::Crc::<u8>::new(&crc::CRC_8_SMBUS);
+static FRAME_CRC: crc::Crc<u16> = crc::Crc::<u16>::new(&crc::CRC_16_UMTS);
+
+/// A download cut short ends inside a frame, or at a frame boundary before
+/// the last sample STREAMINFO announces; either way decoders report errors
+/// that the backing file has too, so such a file is refused at scan time.
+/// The last complete frame is found from the end: a frame header whose
+/// CRC-8 holds, followed by frame bytes whose CRC-16 holds at the end of
+/// the file (or before a trailing ID3v1 tag).
+fn check_audio_end(src: &Source<'_>, audio_at: u64, info: &StreamInfo) -> Result<()> {
+    let mut end = src.size();
+    if end >= audio_at + 128 && src.read(end - 128, 3, "ID3v1 tag")? == b"TAG" {
+        end -= 128;
+    }
+    if end == audio_at {
+        return Ok(());
+    }
+    let span = match info.max_frame_len {
+        0 => 1 << 20,
+        known => (2 * known).clamp(64 << 10, 4 << 20),
+    };
+    let from = end.saturating_sub(span).max(audio_at);
+    let tail = src.read(from, end - from, "last FLAC frames")?;
+    let last_frame = (0..tail.len().saturating_sub(1)).rev().find_map(|at| {
+        let header = frame_header(&tail[at..], info.min_block)?;
+        (FRAME_CRC.checksum(&tail[at..]) == 0).then_some(header)
+    });
+    match last_frame {
+        None => Err(ProbeError::Truncated(format!(
+            "the audio ends inside a FLAC frame (no complete frame ends at offset {end})"
+        ))),
+        Some((first_sample, samples))
+            if info.total_samples != 0 && first_sample + samples < info.total_samples =>
+        {
+            Err(ProbeError::Truncated(format!(
+                "the audio ends at sample {} of the {} STREAMINFO announces",
+                first_sample + samples,
+                info.total_samples
+            )))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+/// The first sample and the sample count of the frame whose header starts
+/// `bytes`, if a frame header with a valid CRC-8 starts there.
+fn frame_header(bytes: &[u8], min_block: u64) -> Option<(u64, u64)> {
+    if bytes.len() < 6 || bytes[0] != 0xff || bytes[1] & 0xfe != 0xf8 {
+        return None;
+    }
+    let variable = bytes[1] & 1 == 1;
+    let (block_code, rate_code) = (bytes[2] >> 4, bytes[2] & 0x0f);
+    if block_code == 0 || rate_code == 15 || bytes[3] & 1 != 0 {
+        return None;
+    }
+    // The frame or sample number, in the UTF-8 style variable-length code.
+    let lead = bytes[4];
+    let extra = match lead.leading_ones() {
+        0 => 0,
+        n @ 2..=7 => n as usize - 1,
+        _ => return None,
+    };
+    let mut number = u64::from(lead & (0x7f >> extra));
+    for &b in bytes.get(5..5 + extra)? {
+        if b & 0xc0 != 0x80 {
+            return None;
+        }
+        number = number << 6 | u64::from(b & 0x3f);
+    }
+    let mut at = 5 + extra;
+    let samples = match block_code {
+        1 => 192,
+        2..=5 => 576 << (block_code - 2),
+        6 => {
+            at += 1;
+            u64::from(*bytes.get(at - 1)?) + 1
+        }
+        7 => {
+            at += 2;
+            u64::from(u16::from_be_bytes([*bytes.get(at - 2)?, *bytes.get(at - 1)?])) + 1
+        }
+        _ => 256 << (block_code - 8),
+    };
+    at += match rate_code {
+        12 => 1,
+        13 | 14 => 2,
+        _ => 0,
+    };
+    let crc = *bytes.get(at)?;
+    if FRAME_HEADER_CRC.checksum(&bytes[..at]) != crc {
+        return None;
+    }
+    let first_sample = if variable { number } else { number * min_block };
+    Some((first_sample, samples))
 }
 
 /// What a FLAC file can carry of a track's tags and pictures.

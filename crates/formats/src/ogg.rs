@@ -97,7 +97,11 @@ pub fn probe(src: &Source<'_>, format: Format) -> Result<Probe> {
         if total > MAX_READ {
             return malformed("Ogg header packets larger than the read limit");
         }
-        let body = src.read(page.body_at, page.body_len(), "Ogg page body")?;
+        let whole = src.read(pos, page.end() - pos, "Ogg header page")?;
+        if !ogg_pages::checksum_ok(&whole) {
+            return malformed(format!("Ogg header page at offset {pos} fails its checksum"));
+        }
+        let body = &whole[(page.body_at - pos) as usize..];
         let mut at = 0usize;
         let mut complete = false;
         for (i, &l) in page.lacing.iter().enumerate() {

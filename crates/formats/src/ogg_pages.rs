@@ -65,7 +65,7 @@ pub fn page_len_at(window: &[u8], at: usize) -> Option<usize> {
     checksum_ok(&window[at..at + len]).then_some(len)
 }
 
-fn checksum_ok(page: &[u8]) -> bool {
+pub fn checksum_ok(page: &[u8]) -> bool {
     let stored = u32::from_le_bytes([page[CRC_AT], page[CRC_AT + 1], page[CRC_AT + 2], page[CRC_AT + 3]]);
     let mut copy = page.to_vec();
     copy[CRC_AT..CRC_AT + 4].fill(0);
@@ -260,11 +260,16 @@ impl AudioPages {
         self.offset + self.len
     }
 
-    /// Length of the page of this stream whose header starts `window[at..]`.
-    fn page_len_in(window: &[u8], at: usize, serial: &[u8; 4]) -> Option<usize> {
+    /// Length of the page of this stream whose header starts `window[at..]`:
+    /// its checksum holds, or (a damaged page, served as it is) the next
+    /// page or the end of the stream follows it.
+    fn page_len_in(window: &[u8], at: usize, serial: &[u8; 4], ends_stream: bool) -> Option<usize> {
         let h = window.get(at..at + HEADER_LEN)?;
         (&h[SERIAL_AT..SERIAL_AT + 4] == serial).then_some(())?;
-        page_len_at(window, at)
+        let len = page_len(window, at)?;
+        let next = at + len;
+        let chains = window.get(next..next + 4) == Some(b"OggS") || (ends_stream && next == window.len());
+        (chains || checksum_ok(&window[at..next])).then_some(len)
     }
 
     /// The page that contains backing offset `at`: walk forward from the
@@ -289,7 +294,7 @@ impl AudioPages {
         src.read_backing(from, &mut window)?;
         let rel = (at - from) as usize;
         for c in (0..=rel).rev() {
-            if let Some(len) = Self::page_len_in(&window, c, &serial) {
+            if let Some(len) = Self::page_len_in(&window, c, &serial, to == self.end()) {
                 if c + len > rel {
                     return Ok(Found {
                         start: from + c as u64,
@@ -364,8 +369,7 @@ impl Computed for AudioPages {
                 let n = (out.len() - done).min(len - from);
                 extend_span(span, first.start, p + from + n, src)?;
                 if from < CRC_AT + 4 {
-                    extend_span(span, first.start, p + len, src)?;
-                    renumber(&mut span[p..p + len], self.seq_delta);
+                    renumber(&mut span[p..], len, self.seq_delta);
                 }
                 out[done..done + n].copy_from_slice(&span[p + from..p + from + n]);
                 done += n;
@@ -388,13 +392,65 @@ fn extend_span(span: &mut Vec<u8>, base: u64, upto: usize, src: &dyn SegmentSour
     Ok(())
 }
 
-/// Adds `delta` to a page's sequence number and recomputes its checksum.
-fn renumber(page: &mut [u8], delta: u32) {
-    let seq = u32::from_le_bytes([page[SEQ_AT], page[SEQ_AT + 1], page[SEQ_AT + 2], page[SEQ_AT + 3]]);
-    page[SEQ_AT..SEQ_AT + 4].copy_from_slice(&seq.wrapping_add(delta).to_le_bytes());
-    page[CRC_AT..CRC_AT + 4].fill(0);
-    let sum = crc(page);
-    page[CRC_AT..CRC_AT + 4].copy_from_slice(&sum.to_le_bytes());
+/// Adds `delta` to the sequence number of the page whose header starts
+/// `header` (a page of `len` bytes) and updates its checksum without reading
+/// the page body. The checksum is linear: changing the sequence bytes
+/// changes it by the checksum of that difference alone, followed by the
+/// rest of the page as zeros. A page whose stored checksum was wrong stays
+/// exactly as wrong, so a decoder drops the same pages it would have
+/// dropped from the backing file.
+fn renumber(header: &mut [u8], len: usize, delta: u32) {
+    let seq = u32::from_le_bytes([
+        header[SEQ_AT],
+        header[SEQ_AT + 1],
+        header[SEQ_AT + 2],
+        header[SEQ_AT + 3],
+    ]);
+    let new_seq = seq.wrapping_add(delta);
+    header[SEQ_AT..SEQ_AT + 4].copy_from_slice(&new_seq.to_le_bytes());
+    let stored = u32::from_le_bytes([
+        header[CRC_AT],
+        header[CRC_AT + 1],
+        header[CRC_AT + 2],
+        header[CRC_AT + 3],
+    ]);
+    let change = crc(&(seq ^ new_seq).to_le_bytes());
+    let sum = stored ^ append_zeros(change, len - (SEQ_AT + 4));
+    header[CRC_AT..CRC_AT + 4].copy_from_slice(&sum.to_le_bytes());
+}
+
+/// The checksum of a message whose checksum is `crc`, followed by `n` zero
+/// bytes. Appending zeros is a linear map of the checksum register; the
+/// maps for 1, 2, 4, ... 2^16 zero bytes are 32x32 bit matrices computed
+/// once, so a page of any length costs at most 17 matrix products.
+fn append_zeros(crc: u32, n: usize) -> u32 {
+    static POWERS: OnceLock<[[u32; 32]; 17]> = OnceLock::new();
+    let powers = POWERS.get_or_init(|| {
+        // Column i: the register after one zero byte, from register bit i.
+        let mut one_byte = [0u32; 32];
+        for (i, column) in one_byte.iter_mut().enumerate() {
+            let mut digest = OGG_CRC.digest_with_initial(1 << i);
+            digest.update(&[0]);
+            *column = digest.finalize();
+        }
+        let mut powers = [[0u32; 32]; 17];
+        powers[0] = one_byte;
+        for k in 1..powers.len() {
+            powers[k] = powers[k - 1].map(|column| apply(&powers[k - 1], column));
+        }
+        powers
+    });
+    assert!(n < 1 << powers.len(), "an Ogg page is shorter than 128 KiB");
+    (0..powers.len())
+        .filter(|k| n >> k & 1 == 1)
+        .fold(crc, |c, k| apply(&powers[k], c))
+}
+
+/// A bit matrix (by columns) times a vector over GF(2).
+fn apply(matrix: &[u32; 32], v: u32) -> u32 {
+    (0..32)
+        .filter(|i| v >> i & 1 == 1)
+        .fold(0, |acc, i| acc ^ matrix[i])
 }
 
 thread_local! {
@@ -434,6 +490,51 @@ mod tests {
         for len in [0, 1, 7, 8, 9, 63, 64, 999, 1000] {
             assert_eq!(crc(&data[..len]), bytewise(&data[..len]), "length {len}");
         }
+    }
+
+    /// A page of stream 0x04030201 with sequence number 41 and a valid
+    /// checksum.
+    fn test_page(segments: usize) -> Vec<u8> {
+        let lacing: Vec<u8> = (0..segments).map(|i| (i * 37 % 256) as u8).collect();
+        let mut page = b"OggS\0\0".to_vec();
+        page.extend_from_slice(&[7; 8]); // granule position
+        page.extend_from_slice(&[1, 2, 3, 4]); // serial
+        page.extend_from_slice(&41u32.to_le_bytes());
+        page.extend_from_slice(&[0; 4]);
+        page.push(segments as u8);
+        page.extend_from_slice(&lacing);
+        let body_len: usize = lacing.iter().map(|&l| l as usize).sum();
+        page.extend((0..body_len as u32).map(|i| (i.wrapping_mul(40_503) >> 7) as u8));
+        let sum = crc(&page);
+        page[CRC_AT..CRC_AT + 4].copy_from_slice(&sum.to_le_bytes());
+        page
+    }
+
+    #[test]
+    fn renumbering_matches_a_full_recomputation() {
+        for (segments, delta) in [(0usize, 1u32), (1, 3), (17, 200), (255, u32::MAX)] {
+            let mut page = test_page(segments);
+            let mut expected = page.clone();
+            expected[SEQ_AT..SEQ_AT + 4].copy_from_slice(&41u32.wrapping_add(delta).to_le_bytes());
+            expected[CRC_AT..CRC_AT + 4].fill(0);
+            let sum = crc(&expected);
+            expected[CRC_AT..CRC_AT + 4].copy_from_slice(&sum.to_le_bytes());
+            let len = page.len();
+            renumber(&mut page, len, delta);
+            assert_eq!(page, expected, "{segments} segments");
+            assert!(checksum_ok(&page));
+        }
+    }
+
+    #[test]
+    fn renumbering_keeps_a_bad_checksum_bad() {
+        let mut page = test_page(3);
+        let last = page.len() - 1;
+        page[last] ^= 0x40; // a flipped body byte
+        assert!(!checksum_ok(&page));
+        let len = page.len();
+        renumber(&mut page, len, 2);
+        assert!(!checksum_ok(&page));
     }
 
     #[test]
