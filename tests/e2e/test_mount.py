@@ -5,6 +5,7 @@ import errno
 import hashlib
 import json
 import os
+import stat
 import shutil
 import subprocess
 
@@ -107,6 +108,36 @@ def test_mount_is_read_only(store, mount):
         with pytest.raises(OSError) as e:
             attempt()
         assert e.value.errno == errno.EROFS
+
+
+def test_owner_group_and_modes_are_served_and_enforced(store, mount, tmp_path):
+    m = mount(store, "--allow-other", "--owner", "0", "--group", "0", "--file-mode", "440", "--dir-mode", "550")
+    rel = export(store)[0]["path"]
+    path = os.path.join(m.mnt, rel)
+    st = os.stat(path)
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o440)
+    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o550
+    # Another user may reach the mountpoint, but the modes keep it out.
+    for d in (tmp_path, tmp_path.parent, tmp_path.parent.parent):
+        os.chmod(d, os.stat(d).st_mode | 0o005)
+    as_nobody = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+    p = subprocess.run(as_nobody + ["cat", path], capture_output=True, text=True)
+    assert p.returncode != 0 and "Permission denied" in p.stderr, p.stderr
+    p = subprocess.run(as_nobody + ["ls", str(m.mnt)], capture_output=True, text=True)
+    assert p.returncode != 0 and "Permission denied" in p.stderr, p.stderr
+    m.stop()
+    m = mount(store, "--allow-other", name="open")
+    path = os.path.join(m.mnt, rel)
+    p = subprocess.run(as_nobody + ["cat", path], capture_output=True)
+    with open(path, "rb") as f:
+        assert p.returncode == 0 and p.stdout == f.read()
+
+
+def test_write_bits_are_refused_with_a_hint(store, tmp_path):
+    p = run("mount", str(tmp_path / "m"), "--db", str(store), "--file-mode", "644", check=False)
+    assert p.returncode == 2 and "read-only" in p.stderr and "444" in p.stderr
+    p = run("mount", str(tmp_path / "m"), "--db", str(store), "--owner", "no-such-user-x", "--dry-run", check=False)
+    assert p.returncode == 2 and "no such user" in p.stderr
 
 
 def test_retag_moves_the_path_after_remount(store, mount):

@@ -116,6 +116,21 @@ pub struct MountArgs {
     /// need `user_allow_other` in /etc/fuse.conf.
     #[arg(long)]
     pub allow_other: bool,
+    /// Owner of every served file and directory (a user name or uid);
+    /// default: the user who mounts.
+    #[arg(long, value_name = "USER")]
+    pub owner: Option<String>,
+    /// Group of every served file and directory (a group name or gid);
+    /// default: the mounting user's group.
+    #[arg(long, value_name = "GROUP")]
+    pub group: Option<String>,
+    /// Permission bits of served files, in octal; no write bits (the mount
+    /// is read-only). The kernel enforces them.
+    #[arg(long, value_name = "OCTAL", default_value = "444", value_parser = parse_read_only_mode)]
+    pub file_mode: u16,
+    /// Permission bits of directories, in octal; no write bits.
+    #[arg(long, value_name = "OCTAL", default_value = "555", value_parser = parse_read_only_mode)]
+    pub dir_mode: u16,
     /// Threads answering the kernel's requests; opens and reads wait on the
     /// backing files, so slow (network) storage wants more.
     #[arg(long, default_value_t = 8)]
@@ -233,4 +248,19 @@ impl From<ModeArg> for retagfs_core::Mode {
             ModeArg::StructureOnly => retagfs_core::Mode::StructureOnly,
         }
     }
+}
+
+/// An octal permission mode without write, setuid, setgid or sticky bits.
+fn parse_read_only_mode(s: &str) -> Result<u16, String> {
+    let mode = u16::from_str_radix(s, 8).map_err(|_| format!("{s:?} is not an octal mode such as 444"))?;
+    if mode > 0o777 {
+        return Err(format!("{s}: only permission bits (at most 777) are allowed"));
+    }
+    if mode & 0o222 != 0 {
+        return Err(format!(
+            "{s}: the mount is read-only, so write bits cannot be given (try {:o})",
+            mode & !0o222
+        ));
+    }
+    Ok(mode)
 }

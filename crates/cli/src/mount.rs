@@ -6,10 +6,11 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use retagfs_core::{Library, Mode};
 use retagfs_formats::Id3Version;
-use retagfs_fuse::{Mount, MountConfig};
+use retagfs_fuse::{Mount, MountConfig, Ownership};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::args::MountArgs;
+use crate::UsageError;
 
 /// Paths shown by `--dry-run`.
 const SAMPLE: usize = 20;
@@ -37,6 +38,33 @@ fn check_mountpoint(p: &Path) -> anyhow::Result<()> {
     }
 }
 
+/// Owner, group and modes of the served entries, names resolved to ids.
+fn ownership(a: &MountArgs) -> anyhow::Result<Ownership> {
+    use nix::unistd::{Group, User};
+    let mut own = Ownership::of_current_user();
+    if let Some(owner) = &a.owner {
+        own.uid = match owner.parse() {
+            Ok(uid) => uid,
+            Err(_) => match User::from_name(owner)? {
+                Some(user) => user.uid.as_raw(),
+                None => return Err(UsageError(format!("--owner {owner}: no such user")).into()),
+            },
+        };
+    }
+    if let Some(group) = &a.group {
+        own.gid = match group.parse() {
+            Ok(gid) => gid,
+            Err(_) => match Group::from_name(group)? {
+                Some(g) => g.gid.as_raw(),
+                None => return Err(UsageError(format!("--group {group}: no such group")).into()),
+            },
+        };
+    }
+    own.file_mode = a.file_mode;
+    own.dir_mode = a.dir_mode;
+    Ok(own)
+}
+
 pub fn run(a: MountArgs) -> anyhow::Result<()> {
     let mode: Mode = a.mode.into();
     let mut config = a.view.config(mode)?;
@@ -54,6 +82,7 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
         );
     }
     drop(store);
+    let ownership = ownership(&a)?;
     if !a.dry_run {
         check_mountpoint(&a.mountpoint)?;
     }
@@ -73,6 +102,7 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
         // Registering a backing file with the kernel needs CAP_SYS_ADMIN.
         // SAFETY: geteuid cannot fail and touches no memory.
         kernel_passthrough: !a.no_kernel_passthrough && unsafe { libc::geteuid() } == 0,
+        ownership,
     };
     let mut mount = Mount::new(lib, &a.mountpoint, &mount_config).with_context(|| {
         format!(

@@ -46,9 +46,31 @@ pub struct RetagFs {
     /// The kernel sends no opendir/releasedir (listings are cached anyway).
     no_opendir: bool,
     next_handle: AtomicU64,
-    uid: u32,
-    gid: u32,
+    ownership: Ownership,
     mounted_at: SystemTime,
+}
+
+/// Owner, group and permission bits of every served file and directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ownership {
+    pub uid: u32,
+    pub gid: u32,
+    pub file_mode: u16,
+    pub dir_mode: u16,
+}
+
+impl Ownership {
+    /// The mounting user's, read-only for everyone.
+    pub fn of_current_user() -> Ownership {
+        // SAFETY: getuid/getgid cannot fail and touch no memory.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Ownership {
+            uid,
+            gid,
+            file_mode: 0o444,
+            dir_mode: 0o555,
+        }
+    }
 }
 
 /// Mount settings beyond the library itself.
@@ -61,6 +83,7 @@ pub struct MountConfig {
     /// Let the kernel read byte-identical files straight from the backing
     /// file (FUSE passthrough; needs CAP_SYS_ADMIN and Linux 6.9+).
     pub kernel_passthrough: bool,
+    pub ownership: Ownership,
 }
 
 fn errno_of(e: &io::Error) -> Errno {
@@ -76,9 +99,7 @@ fn time_of(ns: i64) -> SystemTime {
 }
 
 impl RetagFs {
-    pub fn new(lib: Arc<Library>, passthrough: bool) -> RetagFs {
-        // SAFETY: getuid/getgid cannot fail and touch no memory.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    pub fn new(lib: Arc<Library>, passthrough: bool, ownership: Ownership) -> RetagFs {
         RetagFs {
             lib,
             handles: Mutex::default(),
@@ -86,16 +107,22 @@ impl RetagFs {
             passthrough: AtomicBool::new(passthrough),
             no_opendir: false,
             next_handle: AtomicU64::new(1),
-            uid,
-            gid,
+            ownership,
             mounted_at: SystemTime::now(),
         }
     }
 
     fn attr(&self, ino: u64, node: &Node) -> FileAttr {
+        let own = &self.ownership;
         let (kind, size, perm, nlink, mtime) = match &node.entry {
-            Entry::Dir { .. } => (FileType::Directory, 0, 0o555, 2, self.mounted_at),
-            Entry::File(f) => (FileType::RegularFile, f.size, 0o444, 1, time_of(f.mtime_ns)),
+            Entry::Dir { .. } => (FileType::Directory, 0, own.dir_mode, 2, self.mounted_at),
+            Entry::File(f) => (
+                FileType::RegularFile,
+                f.size,
+                own.file_mode,
+                1,
+                time_of(f.mtime_ns),
+            ),
         };
         FileAttr {
             ino: INodeNo(ino),
@@ -108,8 +135,8 @@ impl RetagFs {
             kind,
             perm,
             nlink,
-            uid: self.uid,
-            gid: self.gid,
+            uid: own.uid,
+            gid: own.gid,
             rdev: 0,
             flags: 0,
             blksize: BLOCK_SIZE,
@@ -439,7 +466,7 @@ impl Mount {
         }
         options.n_threads = Some(config.threads.max(2));
         options.clone_fd = true;
-        let fs = RetagFs::new(lib.clone(), config.kernel_passthrough);
+        let fs = RetagFs::new(lib.clone(), config.kernel_passthrough, config.ownership);
         let session = Session::new(fs, mountpoint, &options)?;
         let notifier = session.notifier();
         let db = lib.db_path().to_path_buf();
