@@ -4,7 +4,8 @@ use retagfs_store::{ArtLink, BackingPart, TrackRow};
 
 use crate::id3_tag::{self, Id3Version};
 use crate::layout::Layout;
-use crate::source::ReadAt;
+use crate::sniff::sniff;
+use crate::source::{ReadAt, Source};
 use crate::{flac, mp4_synth, ogg, wav, Format};
 
 /// Choices of the mount that change the served bytes.
@@ -37,6 +38,10 @@ pub fn synthesize(input: &SynthesisInput<'_>) -> Result<Layout, String> {
     let t = input.track;
     if t.passthrough.is_some() {
         return Ok(Layout::passthrough(t.stamps.size));
+    }
+    check_ranges(t, input.parts)?;
+    if let Some(backing) = input.backing {
+        check_format(t, backing)?;
     }
     match t.format {
         Format::Flac => flac::synthesize(
@@ -78,6 +83,49 @@ pub fn synthesize(input: &SynthesisInput<'_>) -> Result<Layout, String> {
                 t.audio_offset,
             )
         }
+    }
+}
+
+/// Every byte range the rows name must lie inside the backing file (its
+/// size is checked against the file before this is called).
+fn check_ranges(t: &TrackRow, parts: &[BackingPart]) -> Result<(), String> {
+    let size = t.stamps.size;
+    if t.audio_offset
+        .checked_add(t.audio_length)
+        .is_none_or(|end| end > size)
+    {
+        return Err(format!(
+            "the store's audio range {}+{} runs past the end of the {size}-byte file",
+            t.audio_offset, t.audio_length
+        ));
+    }
+    match parts
+        .iter()
+        .find(|p| p.offset.checked_add(p.length).is_none_or(|end| end > size))
+    {
+        Some(p) => Err(format!(
+            "the store's {:?} part {}+{} runs past the end of the {size}-byte file",
+            p.kind, p.offset, p.length
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The backing file must be of the format the row says: synthesis of one
+/// format around another's bytes would serve garbage.
+fn check_format(t: &TrackRow, backing: &dyn ReadAt) -> Result<(), String> {
+    let found = sniff(&Source::new(backing, t.stamps.size));
+    match found {
+        Ok(Some(f)) if f == t.format => Ok(()),
+        Ok(Some(f)) => Err(format!("the store says {} but the file is {}", t.format, f)),
+        Ok(None) => Err(format!(
+            "the store says {} but the file is not audio retagfs knows",
+            t.format
+        )),
+        Err(e) => Err(format!(
+            "the store says {} but the file does not read as such: {e}",
+            t.format
+        )),
     }
 }
 

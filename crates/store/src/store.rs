@@ -37,6 +37,8 @@ pub enum StoreError {
     NoSuchTrack(String),
     #[error("no art with sha256 {0}")]
     NoSuchArt(String),
+    #[error("track {track_id} links art {sha256} that the art table does not have")]
+    MissingArt { track_id: i64, sha256: String },
     #[error(transparent)]
     Sql(#[from] rusqlite::Error),
 }
@@ -344,7 +346,17 @@ impl Store {
 
     /// Pictures linked to one track, in order, without their bytes. A link
     /// to a missing art row is left out (it cannot be served).
+    /// Pictures of one track, in order. A link whose art row is missing (a
+    /// tool that deleted art with foreign keys off) is an error, not a
+    /// picture silently left out.
     pub fn art_links(&self, track_id: i64) -> Result<Vec<ArtLink>> {
+        let mut dangling = self.conn.prepare_cached(
+            "SELECT l.art_sha256 FROM track_art l LEFT JOIN art a ON a.sha256 = l.art_sha256 \
+             WHERE l.track_id = ?1 AND a.rowid IS NULL LIMIT 1",
+        )?;
+        if let Some(sha256) = dangling.query_row([track_id], |r| r.get(0)).optional()? {
+            return Err(StoreError::MissingArt { track_id, sha256 });
+        }
         let mut stmt = self.conn.prepare_cached(&format!(
             "{ART_LINK_SELECT} WHERE l.track_id = ?1 ORDER BY l.position"
         ))?;

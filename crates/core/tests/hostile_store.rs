@@ -1,0 +1,205 @@
+//! Store rows that satisfy SQL (or bypass its checks, as another tool may)
+//! but lie about the file: the lying track fails alone with EIO, every
+//! other track is served exactly as before, nothing panics.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use retagfs_core::scan::{scan, ScanOptions};
+use retagfs_core::tree::file_ino;
+use retagfs_core::{Fallbacks, Library, Mode, Template, ViewConfig, DEFAULT_TEMPLATE};
+use retagfs_formats::{probe, ReadAt, Source};
+use retagfs_store::{Format, Store};
+
+/// The committed fixtures scanned into a fresh store.
+fn scanned() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    for e in std::fs::read_dir(fixtures).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dir.path().join(p.file_name().unwrap())).unwrap();
+    }
+    let db_path = dir.path().join("store.db");
+    let mut db = Store::open(&db_path).unwrap();
+    let options = ScanOptions {
+        roots: vec![dir.path().to_path_buf()],
+        follow_symlinks: false,
+        jobs: 2,
+        prune: false,
+    };
+    scan(&mut db, &options, &|_| {}).unwrap();
+    (dir, db_path)
+}
+
+fn load(db_path: &Path) -> Library {
+    let config = ViewConfig {
+        template: Template::parse(DEFAULT_TEMPLATE).unwrap(),
+        fallbacks: Fallbacks::standard(),
+        mode: Mode::Synthesis,
+        synthesis: Default::default(),
+    };
+    Library::load(db_path, config).unwrap()
+}
+
+/// Every served file, whole, by track id (or the error reading it).
+fn serve_all(lib: &Library, ids: &[i64]) -> HashMap<i64, std::io::Result<Vec<u8>>> {
+    let mut buf = Vec::new();
+    ids.iter()
+        .map(|&id| {
+            let whole = lib.open(file_ino(id)).and_then(|file| {
+                let mut out = Vec::new();
+                while let got @ [_, ..] = lib.read(&file, out.len() as u64, 1 << 16, &mut buf)? {
+                    out.extend_from_slice(got);
+                }
+                Ok(out)
+            });
+            (id, whole)
+        })
+        .collect()
+}
+
+/// Applies `sql` (with `?1` = the id of a track of `format`) as a tool that
+/// bypasses the schema's checks would, then serves every track.
+/// Returns the target's result; asserts every other track is unchanged.
+fn after_lie(format: Format, sql: &str) -> std::io::Result<Vec<u8>> {
+    let (_dir, db_path) = scanned();
+    let db = Store::open(&db_path).unwrap();
+    let tracks = db.tracks().unwrap();
+    let ids: Vec<i64> = tracks.iter().map(|t| t.id).collect();
+    let target = tracks.iter().find(|t| t.format == format).unwrap().id;
+    let before = serve_all(&load(&db_path), &ids);
+    db.conn()
+        .execute_batch("PRAGMA ignore_check_constraints = ON; PRAGMA foreign_keys = OFF;")
+        .unwrap();
+    for statement in sql.split(';').filter(|s| !s.trim().is_empty()) {
+        db.conn().execute(statement, [target]).unwrap();
+    }
+    let lib = load(&db_path);
+    let mut after = serve_all(&lib, &ids);
+    for id in ids.iter().filter(|&&id| id != target) {
+        assert_eq!(
+            after[id].as_ref().ok(),
+            before[id].as_ref().ok(),
+            "track {id} changed because of a lie about track {target}"
+        );
+    }
+    after.remove(&target).unwrap()
+}
+
+fn assert_eio(result: std::io::Result<Vec<u8>>, what: &str) {
+    match result {
+        Ok(bytes) => panic!("{what}: served {} bytes instead of failing", bytes.len()),
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EIO), "{what}: {e}"),
+    }
+}
+
+/// A served file that our own probe reads back with `key` = `value`.
+fn assert_carries(result: std::io::Result<Vec<u8>>, key: &str, value: &str) {
+    let bytes = result.expect("served");
+    let probed = probe(&Source::new(&bytes as &dyn ReadAt, bytes.len() as u64)).expect("probes back");
+    assert!(
+        probed.tags.iter().any(|(k, v)| k == key && v == value),
+        "{key} not carried"
+    );
+}
+
+#[test]
+fn audio_range_past_the_end_of_the_file() {
+    for format in [
+        Format::Flac,
+        Format::Mp3,
+        Format::Vorbis,
+        Format::Mp4,
+        Format::Wav,
+    ] {
+        let lie = "UPDATE tracks SET audio_length = audio_length + 100000 WHERE id = ?1";
+        assert_eio(after_lie(format, lie), &format!("{format:?} audio past the end"));
+    }
+}
+
+#[test]
+fn backing_part_past_the_end_of_the_file() {
+    for format in [Format::Vorbis, Format::Mp4, Format::Wav] {
+        let lie = "UPDATE backing_parts SET offset = offset + 10000000 WHERE track_id = ?1";
+        assert_eio(after_lie(format, lie), &format!("{format:?} part past the end"));
+    }
+}
+
+#[test]
+fn art_link_without_its_art_row() {
+    let lie = "INSERT INTO track_art (track_id, position, art_sha256, picture_type, description) \
+               VALUES (?1, 9, '0000000000000000000000000000000000000000000000000000000000000000', 3, '')";
+    assert_eio(after_lie(Format::Flac, lie), "missing art row");
+}
+
+#[test]
+fn format_that_does_not_match_the_file() {
+    for (format, claimed) in [
+        (Format::Flac, "mp3"),
+        (Format::Mp3, "flac"),
+        (Format::Wav, "vorbis"),
+        (Format::Mp4, "wav"),
+    ] {
+        let lie = format!("UPDATE tracks SET format = '{claimed}' WHERE id = ?1");
+        assert_eio(
+            after_lie(format, &lie),
+            &format!("{format:?} claimed to be {claimed}"),
+        );
+    }
+}
+
+#[test]
+fn ten_megabyte_tag_value_is_served() {
+    for format in [
+        Format::Flac,
+        Format::Mp3,
+        Format::Vorbis,
+        Format::Mp4,
+        Format::Wav,
+    ] {
+        let lie = "INSERT OR REPLACE INTO tags (track_id, key, position, value) \
+                   VALUES (?1, 'comment', 0, printf('%.*c', 10000000, 'x'))";
+        assert_carries(after_lie(format, lie), "comment", &"x".repeat(10_000_000));
+    }
+}
+
+#[test]
+fn keys_with_control_or_non_ascii_characters() {
+    for format in [
+        Format::Flac,
+        Format::Mp3,
+        Format::Vorbis,
+        Format::Mp4,
+        Format::Wav,
+    ] {
+        for key in ["bad\u{1}key", "del\u{7f}key", "ключ", "a=b"] {
+            let lie =
+                format!("INSERT INTO tags (track_id, key, position, value) VALUES (?1, '{key}', 0, 'v')");
+            // Either left out of the served tags or the file fails alone:
+            // never a panic, never a tag block a reader cannot parse.
+            if let Ok(bytes) = after_lie(format, &lie) {
+                probe(&Source::new(&bytes as &dyn ReadAt, bytes.len() as u64)).unwrap_or_else(|e| {
+                    panic!("{format:?} with key {key:?}: served file does not probe: {e}")
+                });
+            }
+        }
+    }
+}
+
+#[test]
+fn store_from_a_newer_retagfs_is_refused_with_a_reason() {
+    let (_dir, db_path) = scanned();
+    Store::open(&db_path)
+        .unwrap()
+        .conn()
+        .execute_batch("PRAGMA user_version = 99")
+        .unwrap();
+    let config = ViewConfig {
+        template: Template::parse(DEFAULT_TEMPLATE).unwrap(),
+        fallbacks: Fallbacks::standard(),
+        mode: Mode::Synthesis,
+        synthesis: Default::default(),
+    };
+    let err = Library::load(&db_path, config).err().expect("refused");
+    assert!(format!("{err:#}").contains("99"), "{err:#}");
+}
