@@ -2,6 +2,7 @@
 //! and the library that resolves and reads served files. Everything the
 //! FUSE adapter does is a call into this crate, testable without a mount.
 
+pub mod import;
 pub mod library;
 pub mod scan;
 pub mod template;

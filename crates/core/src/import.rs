@@ -1,0 +1,108 @@
+//! Bulk tag edits from JSON in the shape `retagfs export` prints: every
+//! entry is checked (its line and reason on the first problem) before
+//! anything is applied.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use retagfs_formats::keys;
+use retagfs_store::{Store, StoreError, TrackRow};
+
+/// One entry: a track and the keys to replace. Other fields of `export`
+/// (`path`, `format`, `art`) are accepted and ignored.
+#[derive(Deserialize)]
+struct Entry {
+    id: Option<i64>,
+    backing_path: Option<String>,
+    #[serde(default)]
+    tags: BTreeMap<String, serde_json::Value>,
+}
+
+/// A key whose values change on a track.
+pub struct Change {
+    pub track: TrackRow,
+    pub key: String,
+    pub old: Vec<String>,
+    pub new: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The input is wrong (the caller's mistake): nothing was applied.
+    #[error("line {line}: {why}")]
+    Invalid { line: usize, why: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A key's new values: one string, a list of strings, or null (remove).
+fn values(key: &str, v: serde_json::Value) -> Result<Vec<String>, String> {
+    use serde_json::Value;
+    let wrong = || format!("tags.{key}: expected a string, a list of strings or null");
+    match v {
+        Value::Null => Ok(Vec::new()),
+        Value::String(s) => Ok(vec![s]),
+        Value::Array(items) => items
+            .into_iter()
+            .map(|i| match i {
+                Value::String(s) => Ok(s),
+                _ => Err(wrong()),
+            })
+            .collect(),
+        _ => Err(wrong()),
+    }
+}
+
+/// Every change the input asks for, or the first problem with it: nothing
+/// is applied unless all of it is valid.
+pub fn plan(db: &Store, text: &str) -> Result<Vec<Change>, ImportError> {
+    let entries: Vec<&RawValue> = serde_json::from_str(text).map_err(|e| ImportError::Invalid {
+        line: e.line(),
+        why: format!("{e} (expected a JSON array like `export` prints)"),
+    })?;
+    let mut changes = Vec::new();
+    for raw in entries {
+        let line = line_of(text, raw.get());
+        let bad = |why: String| ImportError::Invalid { line, why };
+        let entry: Entry = serde_json::from_str(raw.get()).map_err(|e| bad(e.to_string()))?;
+        let track = match (entry.id, &entry.backing_path) {
+            (Some(id), _) => db
+                .track(id)?
+                .ok_or_else(|| bad(format!("no track with id {id}")))?,
+            (None, Some(p)) => db
+                .resolve_track(p)
+                .map_err(|_| bad(format!("no track with backing_path {p:?}")))?,
+            (None, None) => return Err(bad("an entry needs an `id` or a `backing_path`".into())),
+        };
+        let current = db.tags(track.id)?;
+        for (raw_key, values_json) in entry.tags {
+            let key = keys::canonical_key(&raw_key)
+                .ok_or_else(|| bad(format!("{raw_key:?} is not a valid tag key")))?;
+            let new = values(&raw_key, values_json).map_err(bad)?;
+            let old: Vec<String> = current
+                .iter()
+                .filter(|(k, _)| *k == key)
+                .map(|(_, v)| v.clone())
+                .collect();
+            if old != new {
+                changes.push(Change {
+                    track: track.clone(),
+                    key,
+                    old,
+                    new,
+                });
+            }
+        }
+    }
+    Ok(changes)
+}
+
+/// The 1-based line of `part`, a slice of `text`.
+fn line_of(text: &str, part: &str) -> usize {
+    let offset = (part.as_ptr() as usize)
+        .saturating_sub(text.as_ptr() as usize)
+        .min(text.len());
+    text[..offset].matches('\n').count() + 1
+}
