@@ -1,0 +1,302 @@
+//! The bodies of the fuzz targets in `fuzz/` (run with `make fuzz`), kept
+//! here so that the inputs that once crashed them run in `make test` as
+//! ordinary tests, without the fuzzer. Each function panics only on a bug.
+
+use std::io;
+use std::sync::{Mutex, OnceLock};
+
+use arbitrary::{Result as ArbResult, Unstructured};
+use retagfs_core::{import, Template};
+use retagfs_formats::{probe, synthesize, ReadAt, SegmentSource, Source, SynthesisInput};
+use retagfs_store::{ArtLink, BackingPart, Format, PartKind, Stamps, Store, TrackRow};
+
+/// A fuzz target's body.
+pub type Target = fn(&[u8]);
+
+/// The fuzz targets, by name (a directory of `fuzz/regressions`).
+pub const TARGETS: &[(&str, Target)] = &[
+    ("flac", flac),
+    ("mp3", mp3),
+    ("mp4", mp4),
+    ("ogg", ogg),
+    ("wav", wav),
+    ("template", template),
+    ("import", import_json),
+    ("serve", serve),
+];
+
+/// FLAC metadata blocks (and ID3v2 in front of them).
+pub fn flac(data: &[u8]) {
+    probe_and_serve(&[b"fLaC", data].concat());
+}
+
+/// ID3v2 in front of MPEG frames, ID3v1, APEv2 and Lyrics3 at the end.
+pub fn mp3(data: &[u8]) {
+    probe_and_serve(&[b"ID3", data].concat());
+}
+
+/// The MP4 atom tree after an empty `ftyp`.
+pub fn mp4(data: &[u8]) {
+    probe_and_serve(&[b"\0\0\0\x08ftyp", data].concat());
+}
+
+/// Ogg pages and Vorbis/Opus comment packets.
+pub fn ogg(data: &[u8]) {
+    probe_and_serve(&[b"OggS", data].concat());
+}
+
+/// RIFF/WAV chunks (the RIFF size comes from the input).
+pub fn wav(data: &[u8]) {
+    let size = data.get(..4).unwrap_or(&[0; 4]);
+    probe_and_serve(&[b"RIFF", size, b"WAVE", data.get(4..).unwrap_or_default()].concat());
+}
+
+/// The path template parser.
+pub fn template(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = Template::parse(text);
+    }
+}
+
+/// The JSON of `retagfs import`, against a store holding two tracks.
+pub fn import_json(data: &[u8]) {
+    static STORE: OnceLock<Mutex<(tempfile::TempDir, Store)>> = OnceLock::new();
+    let store = STORE.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(&dir.path().join("fuzz.db")).expect("store");
+        store
+            .conn()
+            .execute_batch(
+                "INSERT INTO tracks (id, backing_path, format, audio_offset, audio_length, file_size, \
+                 mtime_ns, ctime_ns, scanned_at) VALUES (1, '/a.flac', 'flac', 0, 0, 0, 0, 0, 0), \
+                 (2, '/b.mp3', 'mp3', 0, 0, 0, 0, 0, 0); \
+                 INSERT INTO tags (track_id, key, position, value) VALUES (1, 'title', 0, 'A');",
+            )
+            .expect("fixture rows");
+        Mutex::new((dir, store))
+    });
+    let guard = store.lock().unwrap_or_else(|e| e.into_inner());
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = import::plan(&guard.1, text);
+    }
+}
+
+/// Random store rows (format, audio range, parts, tags, art) around random
+/// backing bytes: synthesis may refuse them, but a layout it accepts must
+/// read consistently at any offset.
+pub fn serve(data: &[u8]) {
+    let mut u = Unstructured::new(data);
+    if let Ok((track, tags, art, blocks, parts, backing, images)) = random_rows(&mut u) {
+        let input = SynthesisInput {
+            track: &track,
+            tags: &tags,
+            art: &art,
+            flac_blocks: &blocks,
+            parts: &parts,
+            options: Default::default(),
+            backing: Some(&backing as &dyn ReadAt),
+        };
+        let sources = Sources {
+            backing: &backing,
+            images: &images,
+        };
+        if let Ok(layout) = synthesize(&input) {
+            check_reads(&layout, &sources, &mut u);
+        }
+    }
+}
+
+type Rows = (
+    TrackRow,
+    Vec<(String, String)>,
+    Vec<ArtLink>,
+    Vec<(u8, Vec<u8>)>,
+    Vec<BackingPart>,
+    Vec<u8>,
+    Vec<Vec<u8>>,
+);
+
+fn random_rows(u: &mut Unstructured<'_>) -> ArbResult<Rows> {
+    let formats = [
+        Format::Flac,
+        Format::Mp3,
+        Format::Mp4,
+        Format::Vorbis,
+        Format::Opus,
+        Format::Wav,
+    ];
+    let format = *u.choose(&formats)?;
+    let backing: Vec<u8> = u.arbitrary()?;
+    let size = backing.len() as u64;
+    let audio_offset = u.int_in_range(0..=size)?;
+    let audio_length = u.int_in_range(0..=size - audio_offset)?;
+    let track = TrackRow {
+        id: 1,
+        backing_path: "/fuzz".into(),
+        format,
+        audio_offset,
+        audio_length,
+        stamps: Stamps {
+            size,
+            mtime_ns: 0,
+            ctime_ns: 0,
+        },
+        content_version: 1,
+        passthrough: None,
+    };
+    let tags: Vec<(String, String)> = u.arbitrary()?;
+    let images: Vec<Vec<u8>> = u.arbitrary()?;
+    let mut art = Vec::new();
+    for (i, image) in images.iter().enumerate() {
+        art.push(ArtLink {
+            art_rowid: i as i64,
+            sha256: "0".repeat(64),
+            mime: u.choose(&["image/jpeg", "image/png", "image/gif"])?.to_string(),
+            width: u.arbitrary()?,
+            height: u.arbitrary()?,
+            depth: u.arbitrary()?,
+            data_len: image.len() as u64,
+            picture_type: u.int_in_range(0..=20)?,
+            description: u.arbitrary()?,
+        });
+    }
+    let blocks: Vec<(u8, Vec<u8>)> = u.arbitrary()?;
+    let kinds = [
+        PartKind::Chunk,
+        PartKind::Data,
+        PartKind::Page,
+        PartKind::Packet,
+        PartKind::Atom,
+        PartKind::Moov,
+        PartKind::Ilst,
+        PartKind::IlstInNewMeta,
+        PartKind::IlstInNewUdta,
+    ];
+    let mut parts = Vec::new();
+    for _ in 0..u.int_in_range(0..=8)? {
+        let offset = u.int_in_range(0..=size)?;
+        let length = u.int_in_range(0..=size - offset)?;
+        parts.push(BackingPart::new(*u.choose(&kinds)?, offset, length));
+    }
+    Ok((track, tags, art, blocks, parts, backing, images))
+}
+
+/// Reads at random offsets agree with one whole read and never go past
+/// the declared size.
+fn check_reads(layout: &retagfs_formats::Layout, src: &dyn SegmentSource, u: &mut Unstructured<'_>) {
+    let len = layout.len();
+    if len > 64 << 20 {
+        return;
+    }
+    let mut whole = vec![0u8; len as usize];
+    let Ok(n) = layout.read_at(0, &mut whole, src) else {
+        return;
+    };
+    assert_eq!(n as u64, len, "a whole read returns the declared size");
+    for _ in 0..8 {
+        let (Ok(offset), Ok(size)) = (u.int_in_range(0..=len + 10), u.int_in_range(0..=70_000usize)) else {
+            break;
+        };
+        let mut buf = vec![0u8; size];
+        if let Ok(n) = layout.read_at(offset, &mut buf, src) {
+            let start = offset.min(len) as usize;
+            let end = (start + size).min(len as usize);
+            assert_eq!(n, end - start, "read of {size} at {offset} of {len}");
+            assert_eq!(&buf[..n], &whole[start..end], "read of {size} at {offset}");
+        }
+    }
+}
+
+struct Sources<'a> {
+    backing: &'a [u8],
+    images: &'a [Vec<u8>],
+}
+
+fn copy_from(data: &[u8], offset: u64, buf: &mut [u8]) -> io::Result<()> {
+    let start = usize::try_from(offset).unwrap_or(usize::MAX);
+    match data.get(start..).and_then(|d| d.get(..buf.len())) {
+        Some(bytes) => {
+            buf.copy_from_slice(bytes);
+            Ok(())
+        }
+        None => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+    }
+}
+
+impl SegmentSource for Sources<'_> {
+    fn read_backing(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        copy_from(self.backing, offset, buf)
+    }
+
+    fn read_art(&self, rowid: i64, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let image = self.images.get(rowid as usize).ok_or(io::ErrorKind::NotFound)?;
+        copy_from(image, offset, buf)
+    }
+}
+
+/// Probes `file`; if it probes, serves it from the probed rows (as a scan
+/// then a mount would) and checks that the served file reads consistently
+/// and probes back.
+pub fn probe_and_serve(file: &[u8]) {
+    let file = file.to_vec();
+    let size = file.len() as u64;
+    let Ok(p) = probe(&Source::new(&file as &dyn ReadAt, size)) else {
+        return;
+    };
+    assert!(
+        p.audio_offset + p.audio_length <= size,
+        "audio range inside the file"
+    );
+    let images: Vec<Vec<u8>> = p.pictures.iter().map(|pic| pic.art.data.clone()).collect();
+    let art: Vec<ArtLink> = p
+        .pictures
+        .iter()
+        .enumerate()
+        .map(|(i, pic)| ArtLink {
+            art_rowid: i as i64,
+            sha256: "0".repeat(64),
+            mime: pic.art.mime.clone(),
+            width: pic.art.width,
+            height: pic.art.height,
+            depth: pic.art.depth,
+            data_len: pic.art.data.len() as u64,
+            picture_type: pic.picture_type,
+            description: pic.description.clone(),
+        })
+        .collect();
+    let track = TrackRow {
+        id: 1,
+        backing_path: "/fuzz".into(),
+        format: p.format,
+        audio_offset: p.audio_offset,
+        audio_length: p.audio_length,
+        stamps: Stamps {
+            size,
+            mtime_ns: 0,
+            ctime_ns: 0,
+        },
+        content_version: 1,
+        passthrough: p.passthrough.clone(),
+    };
+    let input = SynthesisInput {
+        track: &track,
+        tags: &p.tags,
+        art: &art,
+        flac_blocks: &p.flac_blocks,
+        parts: &p.parts,
+        options: Default::default(),
+        backing: Some(&file as &dyn ReadAt),
+    };
+    let layout = synthesize(&input).unwrap_or_else(|e| panic!("a probed file must synthesize: {e}"));
+    let sources = Sources {
+        backing: &file,
+        images: &images,
+    };
+    let mut served = vec![0u8; layout.len() as usize];
+    let n = layout
+        .read_at(0, &mut served, &sources)
+        .unwrap_or_else(|e| panic!("a probed file must serve: {e}"));
+    assert_eq!(n, served.len());
+    probe(&Source::new(&served as &dyn ReadAt, served.len() as u64))
+        .unwrap_or_else(|e| panic!("the served file must probe back: {e}"));
+}
