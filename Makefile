@@ -7,7 +7,7 @@ APT_PACKAGES := fuse3 pkg-config ffmpeg flac lame vorbis-tools opus-tools sox py
 CARGO := $(shell command -v cargo || echo $$HOME/.cargo/bin/cargo)
 BIN := target/release/retagfs
 
-.PHONY: all deps build test lint unit e2e demo fixtures clean bench
+.PHONY: all deps build test lint unit e2e demo fixtures clean bench fuzz
 
 all: build
 
@@ -57,3 +57,18 @@ fixtures:
 
 clean:
 	$(CARGO) clean
+
+# Runs every fuzz target for FUZZ_SECONDS each (cargo-fuzz, nightly Rust).
+# A failing input lands in fuzz/artifacts/<target>/; once fixed, copy it to
+# fuzz/regressions/<target>/, where `make test` runs it again.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := flac mp3 mp4 ogg wav template import serve
+fuzz:
+	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	python3 scripts/fuzz_seeds.py fuzz/seeds
+	@for t in $(FUZZ_TARGETS); do \
+	  echo "== fuzz $$t ($(FUZZ_SECONDS) s)"; mkdir -p fuzz/corpus/$$t; \
+	  (cd fuzz && cargo +nightly fuzz run $$t corpus/$$t seeds/$$t -- \
+	    -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 -max_len=1048576) || exit 1; \
+	done
