@@ -8,7 +8,7 @@ use retagfs_store::{ArtLink, BackingPart, PartKind};
 
 use crate::error::{malformed, ProbeError, Result};
 use crate::layout::Layout;
-use crate::ogg_pages::{self, AudioPages, Base64, HeaderPage, StreamSerial, MAX_PAGE_LEN};
+use crate::ogg_pages::{self, AudioPages, Base64, HeaderPage, StreamSerial};
 use crate::picture::flac_picture_header;
 use crate::probe::Probe;
 use crate::source::{le_u32, Source, MAX_READ};
@@ -165,39 +165,64 @@ pub fn probe(src: &Source<'_>, format: Format) -> Result<Probe> {
     Ok(probe)
 }
 
-/// Why the audio pages cannot be renumbered, if they cannot: the first
-/// one must continue the header pages' sequence, the last one must belong
-/// to the same stream (else the file is a chain of streams).
+/// Why the audio pages cannot be renumbered in flight, if they cannot:
+/// every page from the first audio page to the end of the file must be a
+/// page of the stream (a page of another stream means a chain or a
+/// multiplex, anything else damage or trailing bytes), the first continuing
+/// the header pages' sequence, the last ending at the end of the file. Only
+/// page headers are looked at, read a window at a time.
 fn audio_pages_problem(
     src: &Source<'_>,
     audio_offset: u64,
     header_pages: usize,
     serial: u32,
 ) -> Result<Option<String>> {
-    if audio_offset == src.size() {
-        return Ok(None);
-    }
-    let first = src.read(audio_offset, PAGE_HEADER_LEN, "first audio page")?;
-    if &first[..4] != b"OggS" || le_u32(&first[14..]) != serial {
-        return Ok(Some("the audio does not start with a page of the stream".into()));
-    }
-    if le_u32(&first[18..]) as usize != header_pages {
-        return Ok(Some(
-            "page sequence numbers do not follow the header pages".into(),
-        ));
-    }
-    let tail_from = src.size().saturating_sub(MAX_PAGE_LEN as u64).max(audio_offset);
-    let tail = src.read(tail_from, src.size() - tail_from, "last Ogg pages")?;
-    let last = (0..tail.len().saturating_sub(PAGE_HEADER_LEN as usize))
-        .rev()
-        .find(|&i| ogg_pages::page_len_at(&tail, i) == Some(tail.len() - i));
-    Ok(match last {
-        None => Some("the file does not end with a complete Ogg page".into()),
-        Some(i) if le_u32(&tail[i + 14..]) != serial => {
-            Some("chained Ogg stream (several streams in a row)".into())
+    const WINDOW: u64 = 256 << 10;
+    const LONGEST_HEADER: u64 = PAGE_HEADER_LEN + 255;
+    let size = src.size();
+    let (mut window, mut window_at) = (Vec::new(), audio_offset);
+    let mut pos = audio_offset;
+    while pos < size {
+        if pos + LONGEST_HEADER.min(size - pos) > window_at + window.len() as u64 {
+            window_at = pos;
+            window = src.read(pos, WINDOW.min(size - pos), "Ogg audio pages")?;
         }
-        Some(_) => None,
-    })
+        let h = &window[(pos - window_at) as usize..];
+        let truncated = || Ok(Some("the file does not end with a complete Ogg page".to_string()));
+        if h.len() < PAGE_HEADER_LEN as usize {
+            return truncated();
+        }
+        if &h[..5] != b"OggS\0" {
+            return Ok(Some(format!(
+                "no Ogg page at offset {pos} (damage or trailing bytes)"
+            )));
+        }
+        if le_u32(&h[14..]) != serial {
+            return Ok(Some(if h[5] & 2 != 0 {
+                "chained Ogg stream (several streams in a row)".to_string()
+            } else {
+                "multiplexed Ogg stream (several logical streams)".to_string()
+            }));
+        }
+        if h[5] & 2 != 0 {
+            return Ok(Some(format!("a second logical stream begins at offset {pos}")));
+        }
+        if pos == audio_offset && le_u32(&h[18..]) as usize != header_pages {
+            return Ok(Some(
+                "page sequence numbers do not follow the header pages".into(),
+            ));
+        }
+        let segments = h[26] as usize;
+        let Some(lacing) = h.get(PAGE_HEADER_LEN as usize..PAGE_HEADER_LEN as usize + segments) else {
+            return truncated();
+        };
+        let len = PAGE_HEADER_LEN + segments as u64 + lacing.iter().map(|&l| u64::from(l)).sum::<u64>();
+        if pos + len > size {
+            return truncated();
+        }
+        pos += len;
+    }
+    Ok(None)
 }
 
 /// New header pages carrying the store's comments and pictures (after the

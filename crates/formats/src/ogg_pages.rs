@@ -58,13 +58,6 @@ fn page_len(window: &[u8], at: usize) -> Option<usize> {
     declared_page_len(window, at).filter(|len| at + len <= window.len())
 }
 
-/// Length of the page whose header starts `window[at..]`, if there is one
-/// with a valid checksum that fits in the window.
-pub fn page_len_at(window: &[u8], at: usize) -> Option<usize> {
-    let len = page_len(window, at)?;
-    checksum_ok(&window[at..at + len]).then_some(len)
-}
-
 pub fn checksum_ok(page: &[u8]) -> bool {
     let stored = u32::from_le_bytes([page[CRC_AT], page[CRC_AT + 1], page[CRC_AT + 2], page[CRC_AT + 3]]);
     let mut copy = page.to_vec();

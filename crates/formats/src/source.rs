@@ -51,6 +51,11 @@ impl<'a> Source<'a> {
         self.size
     }
 
+    /// The file itself, for reads that are not a probe's.
+    pub fn reader(&self) -> &'a dyn ReadAt {
+        self.inner
+    }
+
     /// Reads exactly `len` bytes at `offset`; an error names `what` if the
     /// file is shorter or the length is absurd.
     pub fn read(&self, offset: u64, len: u64, what: &str) -> Result<Vec<u8>> {
