@@ -40,7 +40,7 @@ fn atom_at(b: &[u8], pos: usize, end: u64, base: u64) -> Result<Atom> {
         1 => return malformed("64-bit atom size cut off"),
         n => (8, n),
     };
-    if len < header || offset + len > end {
+    if len < header || offset.checked_add(len).is_none_or(|atom_end| atom_end > end) {
         return malformed(format!(
             "atom '{}' at offset {offset} claims {len} bytes, past its parent's end ({end})",
             String::from_utf8_lossy(&kind)
