@@ -1,0 +1,110 @@
+"""Failing backing storage: the library sits on retagfs-faultfs, a FUSE view
+that injects read errors, short reads or a vanished directory on command.
+Affected reads fail cleanly, the mount stays up, and everything reads as
+before once the storage is back."""
+
+import errno
+import hashlib
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import BIN, run
+
+FAULTFS = os.path.join(os.path.dirname(BIN), "retagfs-faultfs")
+
+
+@pytest.fixture
+def faulty(tmp_path, library):
+    """(backing mountpoint, control file) of a faultfs view of the library."""
+    control = tmp_path / "faults"
+    control.write_text("mode=ok")
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    proc = subprocess.Popen([FAULTFS, str(library), str(backing), "--control", str(control)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 20
+    while not os.path.ismount(backing):
+        assert proc.poll() is None and time.time() < deadline, "faultfs did not come up"
+        time.sleep(0.05)
+    yield backing, control
+    subprocess.run(["umount", "-l", str(backing)], check=False)
+    proc.wait(timeout=20)
+
+
+def set_faults(control, text):
+    control.write_text(text)
+    # The control file is re-read when its mtime changes; make sure it does.
+    t = time.time() + 1
+    os.utime(control, (t, t))
+
+
+def read_uncached(path):
+    """The whole file, read after asking the kernel to drop its cached pages,
+    so that the read reaches the daemon."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def served_files(mnt):
+    return sorted(os.path.join(d, f) for d, _, fs in os.walk(mnt) for f in fs)
+
+
+def test_read_errors_short_reads_and_a_vanished_disk(tmp_path, faulty, mount):
+    backing, control = faulty
+    db = tmp_path / "store.db"
+    run("scan", str(backing), "--db", str(db))
+    m = mount(db)
+    files = served_files(m.mnt)
+    assert len(files) >= 7
+    before = {f: sha(read_uncached(f)) for f in files}
+
+    # Short reads from the disk: retagfs keeps reading, the bytes are right.
+    set_faults(control, "mode=short")
+    assert {f: sha(read_uncached(f)) for f in files} == before
+
+    # A failing disk: every read is EIO, the mount stays up.
+    set_faults(control, "mode=eio")
+    for f in files:
+        with pytest.raises(OSError) as e:
+            read_uncached(f)
+        assert e.value.errno == errno.EIO, f
+    assert served_files(m.mnt) == files
+
+    # The disk is back: everything reads as before.
+    set_faults(control, "mode=ok")
+    assert {f: sha(read_uncached(f)) for f in files} == before
+
+    # The disk vanishes under an open file and for new opens.
+    held = os.open(files[0], os.O_RDONLY)
+    set_faults(control, "mode=gone")
+    os.posix_fadvise(held, 0, 0, os.POSIX_FADV_DONTNEED)
+    with pytest.raises(OSError) as e:
+        os.pread(held, 4096, 0)
+    assert e.value.errno == errno.EIO
+    for f in files[1:]:
+        with pytest.raises(OSError) as e:
+            read_uncached(f)
+        assert e.value.errno in (errno.EIO, errno.ENOENT), f
+    assert served_files(m.mnt) == files
+    os.close(held)
+
+    # And comes back.
+    set_faults(control, "mode=ok")
+    assert {f: sha(read_uncached(f)) for f in files} == before
+    log = m.stop()
+    assert "panic" not in log
+    assert "read at" in log or "cannot open backing file" in log
