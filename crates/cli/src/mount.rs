@@ -65,6 +65,21 @@ fn ownership(a: &MountArgs) -> anyhow::Result<Ownership> {
     Ok(own)
 }
 
+/// Every open served file holds its backing file open: allow as many as
+/// the hard limit lets this process have (the soft limit is often 1024).
+fn raise_open_file_limit() {
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
+    unsafe {
+        let mut limit = std::mem::zeroed::<libc::rlimit>();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                tracing::debug!("could not raise the open file limit");
+            }
+        }
+    }
+}
+
 pub fn run(a: MountArgs) -> anyhow::Result<()> {
     let mode: Mode = a.mode.into();
     let mut config = a.view.config(mode)?;
@@ -95,6 +110,7 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
         println!("{} files, {} directories", tree.file_count(), tree.dir_count());
         return Ok(());
     }
+    raise_open_file_limit();
     let files = lib.tree().file_count();
     let mount_config = MountConfig {
         threads: a.threads,

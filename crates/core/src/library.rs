@@ -553,12 +553,27 @@ impl Library {
 /// Opens a track's backing file; a file that changed since the scan is
 /// EIO (its offsets are stale), a vanished one ENOENT.
 fn open_backing(track: &TrackRow) -> io::Result<File> {
-    let backing = File::open(&track.backing_path).map_err(|e| {
-        tracing::warn!("{}: cannot open backing file: {e}", track.backing_path);
-        if e.kind() == io::ErrorKind::NotFound {
-            io::Error::from_raw_os_error(libc::ENOENT)
-        } else {
-            eio()
+    let backing = File::open(&track.backing_path).map_err(|e| match e.raw_os_error() {
+        // Out of descriptors: the client sees why (it holds too many files
+        // open), not an I/O error, and the log gets one line, not one per
+        // refused open.
+        Some(code @ (libc::EMFILE | libc::ENFILE)) => {
+            static LOGGED: std::sync::Once = std::sync::Once::new();
+            LOGGED.call_once(|| {
+                tracing::warn!(
+                    "out of file descriptors ({e}): clients hold too many files open; \
+                     refusing further opens until they close some (logged once)"
+                )
+            });
+            io::Error::from_raw_os_error(code)
+        }
+        code => {
+            tracing::warn!("{}: cannot open backing file: {e}", track.backing_path);
+            io::Error::from_raw_os_error(if code == Some(libc::ENOENT) {
+                libc::ENOENT
+            } else {
+                libc::EIO
+            })
         }
     })?;
     check_stamps(track, &backing)?;
