@@ -142,30 +142,39 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
 }
 
 /// Where the new `ilst` goes: the old `ilst` atom, or an empty range where
-/// it (with a new `meta` or `udta` around it) is inserted.
+/// it (with a new `meta` or `udta` around it) is inserted: after the last
+/// whole child of its parent, so that bytes too short to be an atom at the
+/// end of the parent stay at its end.
 fn ilst_slot(b: &[u8], moov: &Atom, moov_children: &[Atom]) -> Result<BackingPart> {
     let base = moov.offset + moov.header;
     let Some(udta) = find(moov_children, b"udta") else {
         return Ok(BackingPart::new(
             PartKind::IlstInNewUdta,
-            moov.offset + moov.len,
+            children_end(moov_children, base),
             0,
         ));
     };
     let udta_b = slice(b, base, udta);
     let udta_base = udta.offset + udta.header;
-    let Some(meta) = find(&children(udta_b, udta_base)?, b"meta").copied() else {
+    let udta_children = children(udta_b, udta_base)?;
+    let Some(meta) = find(&udta_children, b"meta").copied() else {
         return Ok(BackingPart::new(
             PartKind::IlstInNewMeta,
-            udta.offset + udta.len,
+            children_end(&udta_children, udta_base),
             0,
         ));
     };
     let (meta_b, meta_base) = meta_children_region(udta_b, udta_base, &meta);
-    Ok(match find(&children(meta_b, meta_base)?, b"ilst") {
+    let meta_children = children(meta_b, meta_base)?;
+    Ok(match find(&meta_children, b"ilst") {
         Some(ilst) => BackingPart::new(PartKind::Ilst, ilst.offset, ilst.len),
-        None => BackingPart::new(PartKind::Ilst, meta.offset + meta.len, 0),
+        None => BackingPart::new(PartKind::Ilst, children_end(&meta_children, meta_base), 0),
     })
+}
+
+/// Where a parent's last whole child ends (its body start if it has none).
+fn children_end(children: &[Atom], body_start: u64) -> u64 {
+    children.last().map_or(body_start, |a| a.offset + a.len)
 }
 
 /// The region holding a `meta` atom's children: ISO `meta` is a full box
