@@ -7,7 +7,7 @@ APT_PACKAGES := fuse3 pkg-config ffmpeg flac lame vorbis-tools opus-tools sox py
 CARGO := $(shell command -v cargo || echo $$HOME/.cargo/bin/cargo)
 BIN := target/release/retagfs
 
-.PHONY: all deps build test lint unit e2e demo fixtures clean bench fuzz
+.PHONY: all deps build test lint unit e2e demo fixtures clean bench fuzz soak
 
 all: build
 
@@ -72,3 +72,9 @@ fuzz:
 	  (cd fuzz && cargo +nightly fuzz run $$t corpus/$$t seeds/$$t -- \
 	    -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 -max_len=1048576) || exit 1; \
 	done
+
+# Mixed load (walks, reads, retags, re-scans, backing truncations) against a
+# mount for SOAK_SECONDS; prints RSS over time and verifies every file after.
+SOAK_SECONDS ?= 300
+soak: build
+	python3 scripts/soak.py --seconds $(SOAK_SECONDS)

@@ -378,9 +378,10 @@ impl Library {
         match pending {
             Pending::Nothing => {}
             Pending::Rebuild(snapshot, last) => {
-                let new = snapshot.tree(&self.config);
+                let mut new = snapshot.tree(&self.config);
                 let mut tree = self.tree.write().unwrap_or_else(|e| e.into_inner());
                 out.invalidations = tree.diff(&new);
+                new.note_listing_changes(&out.invalidations, Some(&tree));
                 out.tracks = snapshot.tracks.len();
                 out.rebuilt = true;
                 *tree = new;
@@ -393,6 +394,7 @@ impl Library {
                 for (id, placement) in &changed {
                     tree.replace(file_ino(*id), placement.clone(), &mut out.invalidations);
                 }
+                tree.note_listing_changes(&out.invalidations, None);
                 // After the tree: an open that read the store before this
                 // refresh and caches the old row is then caught by the
                 // tree's newer version.

@@ -3,6 +3,7 @@
 //! remounts (files: from the track id; directories: from a hash of the path).
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::SystemTime;
 
 use retagfs_store::Format;
 use sha2::{Digest, Sha256};
@@ -73,6 +74,12 @@ pub struct Tree {
     /// tell a moved file from one whose contents changed (a hash: the
     /// paths themselves would cost ~100 bytes per track).
     rendered: HashMap<u64, u64>,
+    /// When a live refresh last changed a directory's entries. Served as
+    /// the directory's mtime: the kernel drops a cached listing whose
+    /// directory mtime changed (which closes the race of a listing read
+    /// just before a refresh and cached just after its invalidation), and
+    /// media servers rescan only the directories that changed.
+    listing_changed: HashMap<u64, SystemTime>,
 }
 
 /// What the kernel must forget after the tree changed: directory entries
@@ -157,7 +164,33 @@ impl Tree {
             dir_count: 1,
             next_suffix: HashMap::new(),
             rendered: HashMap::new(),
+            listing_changed: HashMap::new(),
         }
+    }
+
+    /// When a refresh last changed this directory's entries, if one did.
+    pub fn listing_changed_at(&self, dir: u64) -> Option<SystemTime> {
+        self.listing_changed.get(&dir).copied()
+    }
+
+    /// Records that the directories holding `changes.entries` changed now.
+    /// `before` (on a rebuild) is the tree this one replaces: its times for
+    /// directories that still exist are kept.
+    pub fn note_listing_changes(&mut self, changes: &Invalidations, before: Option<&Tree>) {
+        if let Some(old) = before {
+            self.listing_changed.extend(
+                old.listing_changed
+                    .iter()
+                    .filter(|(ino, _)| self.nodes.contains_key(ino)),
+            );
+        }
+        let now = SystemTime::now();
+        for (parent, _) in &changes.entries {
+            if self.nodes.contains_key(parent) {
+                self.listing_changed.insert(*parent, now);
+            }
+        }
+        self.listing_changed.retain(|ino, _| self.nodes.contains_key(ino));
     }
 
     /// Builds the tree. Placements are applied in track id order, so name
@@ -442,6 +475,30 @@ mod tests {
                 content_version: 1,
             },
         }
+    }
+
+    #[test]
+    fn a_refresh_dates_only_the_directories_it_changed() {
+        let mut t = Tree::build(vec![place(1, "A/x"), place(2, "B/y"), place(3, "B/z")]);
+        let (a, b) = (t.child(ROOT_INO, "A").unwrap(), t.child(ROOT_INO, "B").unwrap());
+        assert_eq!(t.listing_changed_at(b), None);
+        let mut out = Invalidations::default();
+        t.replace(file_ino(2), Some(place(2, "B/w")), &mut out);
+        t.note_listing_changes(&out, None);
+        assert!(t.listing_changed_at(b).is_some());
+        assert_eq!(t.listing_changed_at(a), None);
+        assert_eq!(t.listing_changed_at(ROOT_INO), None);
+
+        // A rebuild keeps the times of directories that still exist.
+        let mut rebuilt = Tree::build(vec![place(1, "A/x"), place(2, "B/w"), place(3, "C/z")]);
+        let out = t.diff(&rebuilt);
+        rebuilt.note_listing_changes(&out, Some(&t));
+        assert!(rebuilt.listing_changed_at(b).is_some());
+        assert!(
+            rebuilt.listing_changed_at(ROOT_INO).is_some(),
+            "C was added to the root"
+        );
+        assert_eq!(rebuilt.listing_changed_at(a), None);
     }
 
     #[test]

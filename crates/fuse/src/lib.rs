@@ -112,10 +112,13 @@ impl RetagFs {
         }
     }
 
-    fn attr(&self, ino: u64, node: &Node) -> FileAttr {
+    fn attr(&self, tree: &Tree, ino: u64, node: &Node) -> FileAttr {
         let own = &self.ownership;
         let (kind, size, perm, nlink, mtime) = match &node.entry {
-            Entry::Dir { .. } => (FileType::Directory, 0, own.dir_mode, 2, self.mounted_at),
+            Entry::Dir { .. } => {
+                let changed = tree.listing_changed_at(ino).unwrap_or(self.mounted_at);
+                (FileType::Directory, 0, own.dir_mode, 2, changed)
+            }
             Entry::File(f) => (
                 FileType::RegularFile,
                 f.size,
@@ -228,6 +231,9 @@ impl Filesystem for RetagFs {
     fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> io::Result<()> {
         // Listings carry attributes; a kernel without it falls back to READDIR.
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
+        // Attributes fetched again are compared with the cached ones, so a
+        // directory whose mtime moved (its listing changed) is listed anew.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA);
         // Directories need no open: one round trip less per directory walked.
         self.no_opendir = config
             .add_capabilities(fuser::InitFlags::FUSE_NO_OPENDIR_SUPPORT)
@@ -257,7 +263,7 @@ impl Filesystem for RetagFs {
         let found = name
             .to_str()
             .and_then(|n| tree.child(parent.0, n))
-            .and_then(|ino| tree.get(ino).map(|node| self.attr(ino, node)));
+            .and_then(|ino| tree.get(ino).map(|node| self.attr(&tree, ino, node)));
         match found {
             Some(attr) => reply.entry(&TTL, &attr, Generation(0)),
             None => reply.error(Errno::ENOENT),
@@ -265,8 +271,9 @@ impl Filesystem for RetagFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.lib.tree().get(ino.0) {
-            Some(node) => reply.attr(&TTL, &self.attr(ino.0, node)),
+        let tree = self.lib.tree();
+        match tree.get(ino.0) {
+            Some(node) => reply.attr(&TTL, &self.attr(&tree, ino.0, node)),
             None => reply.error(Errno::ENOENT),
         }
     }
@@ -408,7 +415,7 @@ impl Filesystem for RetagFs {
                 next,
                 name,
                 &TTL,
-                &self.attr(child, node),
+                &self.attr(&tree, child, node),
                 Generation(0),
             ),
             None => false,
