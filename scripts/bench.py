@@ -34,6 +34,7 @@ import bench_refresh  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = bench_refresh.BIN
+FAULTFS = os.path.join(os.path.dirname(BIN), "retagfs-faultfs")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 
 
@@ -361,12 +362,56 @@ def bench_mixed_read(work, runs):
     m.stop()
 
 
+def bench_slow_backing(work, runs, delay_ms=5):
+    """The large files behind retagfs-faultfs, which waits `delay_ms` before
+    every read (storage with network latency): one stream read sequentially,
+    cold, with and without read-ahead; "direct" reads the slow view itself."""
+    lib = make_large_files(work)
+    slow, control = os.path.join(work, "slow"), os.path.join(work, "slow-control")
+    os.makedirs(slow, exist_ok=True)
+    with open(control, "w") as f:
+        f.write(f"mode=ok delay_ms={delay_ms}")
+    faultfs = subprocess.Popen([FAULTFS, lib, slow, "--control", control],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while not os.path.ismount(slow):
+            if faultfs.poll() is not None:
+                raise SystemExit("retagfs-faultfs did not mount")
+            time.sleep(0.01)
+        db = os.path.join(work, "slow.db")
+        if os.path.exists(db):
+            os.remove(db)
+        scan(slow, db)
+        for ahead in ("off", "on"):
+            mnt = os.path.join(work, f"mnt-slow-{ahead}")
+            m = Mount(db, mnt, "--read-ahead", ahead)
+            m.wait_ls()
+            served = {os.path.splitext(p)[1]: p for p in all_files(mnt)}
+            for ext in (".flac", ".wav"):
+                def cold(p):
+                    drop_caches()
+                    t0 = time.perf_counter()
+                    read_seq(p)
+                    return time.perf_counter() - t0
+                ours = [cold(served[ext]) for _ in range(runs)]
+                direct = [cold(os.path.join(slow, "big" + ext)) for _ in range(runs)]
+                mb = os.path.getsize(served[ext]) / 1e6
+                row("slow", f"{ext[1:]} {delay_ms} ms/read, read-ahead {ahead}, cold",
+                    (statistics.median(ours), min(ours), max(ours)),
+                    (statistics.median(direct), min(direct), max(direct)),
+                    note=f"{mb / statistics.median(ours):.0f} MB/s")
+            m.stop()
+    finally:
+        subprocess.run(["umount", slow], check=False)
+        faultfs.wait(timeout=30)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tracks", type=int, default=20000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--work", help="keep generated libraries here (default: a temp dir)")
-    ap.add_argument("--only", default="scan,tree,read,refresh")
+    ap.add_argument("--only", default="scan,tree,read,slow,refresh")
     a = ap.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="retagfs-bench-")
     os.makedirs(work, exist_ok=True)
@@ -380,6 +425,8 @@ def main():
     if "read" in only:
         bench_reads(work, a.runs)
         bench_mixed_read(work, a.runs)
+    if "slow" in only:
+        bench_slow_backing(work, a.runs)
     if "refresh" in only:
         r = bench_refresh.bench(work, a.tracks)
         row("refresh", f"tag set -> new path visible, {a.tracks} tracks", r["visible_median_ms"] / 1000,

@@ -102,6 +102,7 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
         check_mountpoint(&a.mountpoint)?;
     }
     let lib = Arc::new(Library::load(&a.db, config)?);
+    lib.set_read_ahead(a.read_ahead.into());
     if a.dry_run {
         let tree = lib.tree();
         for path in tree.file_paths().iter().take(SAMPLE) {

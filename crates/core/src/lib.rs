@@ -4,6 +4,7 @@
 
 pub mod import;
 pub mod library;
+pub mod read_ahead;
 pub mod scan;
 pub mod template;
 pub mod tree;
@@ -12,7 +13,7 @@ pub mod watch;
 
 use std::os::unix::fs::MetadataExt;
 
-pub use library::{Library, Mode, OpenFile, Refresh, Snapshot, TrackFields, ViewConfig};
+pub use library::{Library, Mode, OpenFile, ReadAheadMode, Refresh, Snapshot, TrackFields, ViewConfig};
 pub use retagfs_store::Stamps;
 pub use template::{Fallbacks, Template, TemplateError, DEFAULT_TEMPLATE};
 

@@ -12,6 +12,7 @@ use anyhow::Context;
 use retagfs_formats::{synthesize, synthesized_len, Layout, SegmentSource, SynthesisInput, SynthesisOptions};
 use retagfs_store::{ArtLink, BackingPart, Format, Store, TrackRow};
 
+use crate::read_ahead::ReadAhead;
 use crate::template::{Fallbacks, Fields, Template};
 use crate::tree::{file_ino, FileEntry, Invalidations, Placement, Tree};
 
@@ -215,13 +216,25 @@ pub struct Library {
     /// The change-log position the tree reflects; held while refreshing,
     /// so refreshes run one at a time.
     seen_seq: Mutex<i64>,
+    read_ahead: Mutex<ReadAheadMode>,
 }
 
 /// An open file: the layout resolved at open time and the backing file.
 pub struct OpenFile {
     pub track: TrackRow,
     pub layout: Arc<Layout>,
-    backing: File,
+    backing: Arc<File>,
+    read_ahead: Option<ReadAhead>,
+}
+
+/// When backing bytes are read ahead of a sequential reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadAheadMode {
+    /// For backing files on network file systems and FUSE.
+    #[default]
+    Auto,
+    Always,
+    Never,
 }
 
 impl OpenFile {
@@ -231,7 +244,7 @@ impl OpenFile {
     pub fn whole_backing_file(&self) -> Option<&File> {
         self.layout
             .is_whole_backing(self.track.stamps.size)
-            .then_some(&self.backing)
+            .then_some(self.backing.as_ref())
     }
 }
 
@@ -339,6 +352,7 @@ impl Library {
             passthrough_logged: Mutex::default(),
             opened: OpenCache::default(),
             seen_seq: Mutex::new(seq),
+            read_ahead: Mutex::default(),
         })
     }
 
@@ -405,6 +419,15 @@ impl Library {
         Ok(out)
     }
 
+    /// When files opened from now on read their backing bytes ahead.
+    pub fn set_read_ahead(&self, mode: ReadAheadMode) {
+        *self.read_ahead.lock().unwrap_or_else(|e| e.into_inner()) = mode;
+    }
+
+    fn read_ahead_mode(&self) -> ReadAheadMode {
+        *self.read_ahead.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The store this library serves.
     pub fn db_path(&self) -> &Path {
         &self.pool.db
@@ -449,10 +472,18 @@ impl Library {
                 f.content_version = track.content_version;
             }
         }
+        let read_ahead = match self.read_ahead_mode() {
+            ReadAheadMode::Always => true,
+            ReadAheadMode::Never => false,
+            ReadAheadMode::Auto => crate::read_ahead::is_slow_storage(&backing),
+        };
+        let backing = Arc::new(backing);
+        let read_ahead = read_ahead.then(|| ReadAhead::new(backing.clone(), track.stamps.size));
         Ok(OpenFile {
             track,
             layout,
             backing,
+            read_ahead,
         })
     }
 
@@ -606,7 +637,10 @@ struct Sources<'a> {
 
 impl SegmentSource for Sources<'_> {
     fn read_backing(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.file.backing.read_exact_at(buf, offset)
+        match &self.file.read_ahead {
+            Some(ahead) => ahead.read_exact_at(buf, offset),
+            None => self.file.backing.read_exact_at(buf, offset),
+        }
     }
 
     fn read_art(&self, rowid: i64, offset: u64, buf: &mut [u8]) -> io::Result<()> {

@@ -283,6 +283,7 @@ fn main() -> std::io::Result<()> {
     };
     let mut config = Config::default();
     config.mount_options = vec![MountOption::RO, MountOption::FSName("faultfs".into())];
-    config.n_threads = Some(4);
+    // Network storage answers many requests at once.
+    config.n_threads = Some(16);
     fuser::mount(fs, &args.mountpoint, &config)
 }

@@ -1,0 +1,259 @@
+//! Read-ahead for slow (network) backing storage. The kernel asks for a
+//! served file in pieces of at most a megabyte and waits for each; on
+//! storage where every read pays milliseconds of latency that caps a stream
+//! at piece / latency. Once an open file is read sequentially, its backing
+//! bytes are fetched in chunks ahead of the reader, several at once on a
+//! small shared pool, so the latencies overlap. Memory is bounded by a
+//! global budget; past it, reads go straight to the backing file.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+
+/// Bytes fetched per backing read.
+const CHUNK: u64 = 1 << 20;
+/// Chunks fetched ahead of a sequential reader.
+const DEPTH: u64 = 6;
+/// Threads fetching chunks, shared by every open file.
+const FETCHERS: usize = 6;
+/// Most bytes held in chunks at once, over every open file.
+const BUDGET: usize = 96 << 20;
+
+static BUFFERED: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether the backing file system is one where read-ahead pays: network
+/// file systems and FUSE (statfs magic numbers).
+pub fn is_slow_storage(file: &File) -> bool {
+    const NFS: i64 = 0x6969;
+    const SMB: i64 = 0x517b;
+    const CIFS: i64 = 0xff53_4d42;
+    const SMB2: i64 = 0xfe53_4d42;
+    const FUSE: i64 = 0x6573_5546;
+    const V9FS: i64 = 0x0102_1997;
+    const CEPH: i64 = 0x00c3_6400;
+    const AFS: i64 = 0x5346_414f;
+    use std::os::fd::AsRawFd;
+    // SAFETY: fstatfs writes only into the struct passed, the fd is open.
+    let mut st = unsafe { std::mem::zeroed::<libc::statfs>() };
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    [NFS, SMB, CIFS, SMB2, FUSE, V9FS, CEPH, AFS].contains(&(st.f_type as i64))
+}
+
+/// One chunk of backing bytes, being fetched or fetched.
+struct Chunk {
+    data: Mutex<Option<io::Result<Vec<u8>>>>,
+    ready: Condvar,
+}
+
+impl Chunk {
+    /// Waits until the chunk is fetched.
+    fn wait(&self) -> std::sync::MutexGuard<'_, Option<io::Result<Vec<u8>>>> {
+        let mut data = self.data.lock().unwrap_or_else(|e| e.into_inner());
+        while data.is_none() {
+            data = self.ready.wait(data).unwrap_or_else(|e| e.into_inner());
+        }
+        data
+    }
+}
+
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        BUFFERED.fetch_sub(CHUNK as usize, Ordering::Relaxed);
+    }
+}
+
+/// The read-ahead state of one open file.
+pub struct ReadAhead {
+    file: Arc<File>,
+    size: u64,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// Where the last read ended.
+    next: u64,
+    chunks: BTreeMap<u64, Arc<Chunk>>,
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+fn pool() -> &'static crossbeam_channel::Sender<Job> {
+    static POOL: OnceLock<crossbeam_channel::Sender<Job>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        for i in 0..FETCHERS {
+            let rx = rx.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("retagfs-fetch-{i}"))
+                .spawn(move || rx.iter().for_each(|job| job()));
+            if let Err(e) = spawned {
+                tracing::warn!("read-ahead thread: {e}");
+            }
+        }
+        tx
+    })
+}
+
+impl ReadAhead {
+    pub fn new(file: Arc<File>, size: u64) -> ReadAhead {
+        ReadAhead {
+            file,
+            size,
+            state: Mutex::new(State {
+                next: u64::MAX,
+                chunks: BTreeMap::new(),
+            }),
+        }
+    }
+
+    /// Reads backing bytes at `offset`: from chunks when the reader is
+    /// sequential (near where its last read ended), else directly.
+    pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let end = offset + buf.len() as u64;
+        let wanted: Vec<Arc<Chunk>> = {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let sequential = state.next != u64::MAX && offset.abs_diff(state.next) <= CHUNK;
+            state.next = end;
+            if !sequential || end > self.size {
+                state.chunks.clear();
+                drop(state);
+                return self.file.read_exact_at(buf, offset);
+            }
+            let (first, last) = (offset / CHUNK, (end.max(offset + 1) - 1) / CHUNK);
+            state.chunks.retain(|&i, _| i >= first);
+            let mut wanted = Vec::new();
+            for i in first..=last + DEPTH {
+                if i * CHUNK >= self.size {
+                    break;
+                }
+                let chunk = match state.chunks.get(&i) {
+                    Some(c) => c.clone(),
+                    None if i <= last || BUFFERED.load(Ordering::Relaxed) < BUDGET => {
+                        let c = self.fetch(i);
+                        state.chunks.insert(i, c.clone());
+                        c
+                    }
+                    None => break,
+                };
+                if i <= last {
+                    wanted.push(chunk);
+                }
+            }
+            wanted
+        };
+        let mut at = offset;
+        for chunk in wanted {
+            let data = chunk.wait();
+            let Some(Ok(bytes)) = data.as_ref() else {
+                let e = match data.as_ref() {
+                    Some(Err(e)) => io::Error::new(e.kind(), e.to_string()),
+                    _ => io::Error::other("read-ahead chunk missing"),
+                };
+                drop(data);
+                // A failed fetch is not kept: the next read tries again.
+                self.state
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .chunks
+                    .clear();
+                return Err(e);
+            };
+            let chunk_start = at / CHUNK * CHUNK;
+            let from = (at - chunk_start) as usize;
+            let n = (bytes.len() - from).min((end - at) as usize);
+            let done = (at - offset) as usize;
+            buf[done..done + n].copy_from_slice(&bytes[from..from + n]);
+            at += n as u64;
+        }
+        if at != end {
+            return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+        }
+        Ok(())
+    }
+
+    /// Starts fetching chunk `i` on the pool.
+    fn fetch(&self, i: u64) -> Arc<Chunk> {
+        BUFFERED.fetch_add(CHUNK as usize, Ordering::Relaxed);
+        let chunk = Arc::new(Chunk {
+            data: Mutex::new(None),
+            ready: Condvar::new(),
+        });
+        let (file, target) = (self.file.clone(), chunk.clone());
+        let len = CHUNK.min(self.size - i * CHUNK) as usize;
+        let job: Job = Box::new(move || {
+            let mut bytes = vec![0u8; len];
+            let result = file.read_exact_at(&mut bytes, i * CHUNK).map(|()| bytes);
+            *target.data.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+            target.ready.notify_all();
+        });
+        if let Err(crossbeam_channel::SendError(job)) = pool().send(job) {
+            job();
+        }
+        chunk
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_of(len: usize) -> (tempfile::NamedTempFile, Vec<u8>) {
+        let data: Vec<u8> = (0..len as u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 9) as u8)
+            .collect();
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut f, &data).unwrap();
+        (f, data)
+    }
+
+    #[test]
+    fn sequential_random_and_straddling_reads_return_the_file_bytes() {
+        let len = 5 * CHUNK as usize + 12_345;
+        let (f, data) = file_of(len);
+        let ahead = ReadAhead::new(Arc::new(File::open(f.path()).unwrap()), len as u64);
+        let mut seed = 7u64;
+        let mut offset = 0u64;
+        for step in 0..400 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let size = (seed % 300_000) as usize + 1;
+            // Mostly sequential (a player), sometimes a seek.
+            if step % 17 == 0 {
+                offset = seed % len as u64;
+            }
+            let size = size.min(len - offset as usize);
+            let mut buf = vec![0u8; size];
+            ahead.read_exact_at(&mut buf, offset).unwrap();
+            assert_eq!(
+                buf,
+                &data[offset as usize..offset as usize + size],
+                "{size} at {offset}"
+            );
+            offset = (offset + size as u64) % len as u64;
+        }
+    }
+
+    #[test]
+    fn a_file_shorter_than_its_size_is_an_error() {
+        let (f, _) = file_of(2 * CHUNK as usize);
+        let ahead = ReadAhead::new(Arc::new(File::open(f.path()).unwrap()), 3 * CHUNK);
+        let mut buf = vec![0u8; 4096];
+        ahead.read_exact_at(&mut buf, 0).unwrap();
+        let mut at = 4096;
+        let failed = loop {
+            let mut buf = vec![0u8; 1 << 16];
+            match ahead.read_exact_at(&mut buf, at) {
+                Ok(()) => at += 1 << 16,
+                Err(_) => break at,
+            }
+            assert!(at < 3 * CHUNK, "reads past the end must fail");
+        };
+        assert!(failed >= CHUNK, "the bytes that exist are served first");
+    }
+}
