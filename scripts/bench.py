@@ -27,6 +27,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -244,12 +245,11 @@ def row(area, work, ours, direct=None, unit="s", note=""):
     print(f"{area:8s} {work:52s} {fmt(ours):>28s} {fmt(direct):>28s} {ratio:>8s} {unit:4s} {note}", flush=True)
 
 
-def bench_scan(work, n, runs):
+def bench_scan(work, n, runs, mixed=True):
     lib = make_flac_library(work, n)
-    mixed = make_mixed_library(work)
     firsts, rss = [], []
     for r in range(runs):
-        db = os.path.join(work, f"scan-{r}.db")
+        db = os.path.join(work, f"scan-{n}-{r}.db")
         for suffix in ("", "-wal", "-shm"):
             if os.path.exists(db + suffix):
                 os.remove(db + suffix)
@@ -259,9 +259,12 @@ def bench_scan(work, n, runs):
     row("scan", f"first scan, {n} tiny FLACs", (statistics.median(firsts), min(firsts), max(firsts)),
         note=f"{n / statistics.median(firsts):.0f} files/s")
     row("scan", "peak RSS of the first scan", statistics.median(rss), unit="MiB")
-    db = os.path.join(work, "scan-0.db")
+    db = os.path.join(work, f"scan-{n}-0.db")
     row("scan", f"re-scan, {n} unchanged", timed(lambda: scan(lib, db), runs),
         timed(lambda: find(lib), runs), note="direct = find over the library")
+    if not mixed:
+        return lib, db
+    mixed = make_mixed_library(work)
     mixed_times = []
     for r in range(runs):
         mdb = os.path.join(work, f"mixed-{r}.db")
@@ -274,7 +277,7 @@ def bench_scan(work, n, runs):
     return lib, db
 
 
-def bench_tree(work, lib, db, runs):
+def bench_tree(work, lib, db, runs, label=""):
     mnt = os.path.join(work, "mnt")
     times, walk_first, stat_first, rss = [], [], [], []
     for _ in range(runs):
@@ -294,18 +297,18 @@ def bench_tree(work, lib, db, runs):
         rss.append(rss_mib(m.proc.pid))
         m.stop()
     direct_find = timed(lambda: find(lib), runs)
-    row("mount", "mount to end of first `ls` of the root", (statistics.median(times), min(times), max(times)))
-    row("walk", "find -type f, fresh mount", (statistics.median(walk_first), min(walk_first), max(walk_first)),
+    row("mount", f"mount to end of first `ls` of the root{label}", (statistics.median(times), min(times), max(times)))
+    row("walk", f"find -type f, fresh mount{label}", (statistics.median(walk_first), min(walk_first), max(walk_first)),
         direct_find)
     m = Mount(db, mnt)
     m.wait_ls()
     find(mnt)
-    row("walk", "find -type f, repeated", timed(lambda: find(mnt), runs), direct_find)
+    row("walk", f"find -type f, repeated{label}", timed(lambda: find(mnt), runs), direct_find)
     m.stop()
     direct_stat = timed(lambda: sh("find", lib, "-type", "f", "-printf", "%s\n"), runs)
-    row("stat", "stat of every file (find -printf %s), fresh mount",
+    row("stat", f"stat of every file (find -printf %s), fresh mount{label}",
         (statistics.median(stat_first), min(stat_first), max(stat_first)), direct_stat)
-    row("stat", "daemon RSS after stat of every file", statistics.median(rss), unit="MiB",
+    row("stat", f"daemon RSS after stat of every file{label}", statistics.median(rss), unit="MiB",
         note=f"{statistics.median(rss) * 1024 * 1024 / max(1, len(all_files(lib))):.0f} B/track")
 
 
@@ -362,6 +365,36 @@ def bench_mixed_read(work, runs):
     m.stop()
 
 
+def bench_concurrent(work, lib, db, runs):
+    """Eight streams reading the large files sequentially while a ninth
+    thread walks the 20k-track mount, all at once; page cache warm."""
+    large = make_large_files(work)
+    large_db = os.path.join(work, "large.db")
+    if not os.path.exists(large_db):
+        scan(large, large_db)
+    walk_mnt, read_mnt = os.path.join(work, "mnt-walk"), os.path.join(work, "mnt-read")
+    walker, reader = Mount(db, walk_mnt), Mount(large_db, read_mnt)
+    walker.wait_ls()
+    reader.wait_ls()
+
+    def together(files, walk_root):
+        threads = [threading.Thread(target=read_seq, args=(files[i % len(files)],)) for i in range(8)]
+        threads.append(threading.Thread(target=find, args=(walk_root,)))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    served, direct = sorted(all_files(read_mnt)), sorted(all_files(large))
+    together(served, walk_mnt)
+    together(direct, lib)
+    row("mixed", "8 sequential readers + a walker, repeated", timed(lambda: together(served, walk_mnt), runs),
+        timed(lambda: together(direct, lib), runs))
+    row("mixed", "daemon RSS after it (the large-file mount)", rss_mib(reader.proc.pid), unit="MiB")
+    walker.stop()
+    reader.stop()
+
+
 def bench_slow_backing(work, runs, delay_ms=5):
     """The large files behind retagfs-faultfs, which waits `delay_ms` before
     every read (storage with network latency): one stream read sequentially,
@@ -411,6 +444,8 @@ def main():
     ap.add_argument("--tracks", type=int, default=20000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--work", help="keep generated libraries here (default: a temp dir)")
+    ap.add_argument("--scale", type=int, default=100000,
+                    help="also scan, walk, stat and refresh a library this large (0: skip)")
     ap.add_argument("--only", default="scan,tree,read,slow,refresh")
     a = ap.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="retagfs-bench-")
@@ -422,6 +457,12 @@ def main():
         lib, db = bench_scan(work, a.tracks, a.runs)
         if "tree" in only:
             bench_tree(work, lib, db, a.runs)
+        if "read" in only:
+            bench_concurrent(work, lib, db, a.runs)
+    if a.scale and only & {"scan", "tree"}:
+        big_lib, big_db = bench_scan(work, a.scale, 1, mixed=False)
+        if "tree" in only:
+            bench_tree(work, big_lib, big_db, 1, label=f" ({a.scale} tracks)")
     if "read" in only:
         bench_reads(work, a.runs)
         bench_mixed_read(work, a.runs)
@@ -431,8 +472,15 @@ def main():
         r = bench_refresh.bench(work, a.tracks)
         row("refresh", f"tag set -> new path visible, {a.tracks} tracks", r["visible_median_ms"] / 1000,
             note=f"max {r['visible_max_ms']:.2f} ms over 20")
+        row("refresh", "the same while 4 processes read the mount", r["visible_loaded_median_ms"] / 1000,
+            note=f"max {r['visible_loaded_max_ms']:.2f} ms over 20")
         row("refresh", "daemon refresh, 1 track", r["refresh_1_ms"] / 1000)
         row("refresh", "daemon refresh, 1000 tracks", r["refresh_1000_ms"] / 1000)
+        if a.scale:
+            r = bench_refresh.bench(work, a.scale)
+            row("refresh", f"tag set -> new path visible, {a.scale} tracks", r["visible_median_ms"] / 1000,
+                note=f"max {r['visible_max_ms']:.2f} ms over 20")
+            row("refresh", f"daemon refresh, 1 track, {a.scale} tracks", r["refresh_1_ms"] / 1000)
     if not a.work:
         shutil.rmtree(work, ignore_errors=True)
 
