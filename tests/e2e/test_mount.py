@@ -8,12 +8,13 @@ import os
 import stat
 import shutil
 import subprocess
+import time
 
 import pytest
 from mutagen.flac import FLAC
 
 import views
-from conftest import FIXTURES, run
+from conftest import BIN, FIXTURES, run
 
 
 def export(db, *extra):
@@ -254,3 +255,41 @@ def test_oddly_made_files_keep_their_audio_and_carry_the_store_tags(tmp_path, mo
         assert pcm_sha256(served) == pcm_sha256(t["backing_path"]), t["path"]
     log = m.stop()
     assert "ERROR" not in log and "WARN" not in log, log
+
+
+def test_an_ordinary_user_mounts_through_fusermount3(tmp_path, library):
+    """No root needed: a user mounts and unmounts with fusermount3 (Debian's
+    /dev/fuse is world-usable; this machine's may not be, so the test opens
+    it up for its duration)."""
+    home = tmp_path / "nobody"
+    shutil.copytree(library, home / "lib")
+    (home / "mnt").mkdir()
+    subprocess.run(["chown", "-R", "65534:65534", str(home)], check=True)
+    for d in (home, tmp_path, tmp_path.parent, tmp_path.parent.parent):
+        os.chmod(d, os.stat(d).st_mode | 0o005)
+    as_nobody = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "env", f"HOME={home}"]
+    db, mnt = str(home / "store.db"), str(home / "mnt")
+    subprocess.run(as_nobody + [BIN, "scan", str(home / "lib"), "--db", db], check=True, capture_output=True)
+    mode = stat.S_IMODE(os.stat("/dev/fuse").st_mode)
+    os.chmod("/dev/fuse", 0o666)
+    daemon = None
+    try:
+        daemon = subprocess.Popen(as_nobody + [BIN, "mount", mnt, "--db", db],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 20
+        # Not os.path.ismount: without --allow-other, even root cannot stat it.
+        while f" {mnt} " not in open("/proc/mounts").read():
+            assert daemon.poll() is None, daemon.stderr.read()
+            assert time.time() < deadline, "mount did not come up"
+            time.sleep(0.05)
+        listing = subprocess.run(as_nobody + ["find", mnt, "-type", "f"], capture_output=True, text=True)
+        assert listing.returncode == 0 and listing.stdout.count("\n") >= 8, listing.stderr
+        first = listing.stdout.splitlines()[0]
+        assert subprocess.run(as_nobody + ["cat", first], capture_output=True).returncode == 0
+        subprocess.run(as_nobody + ["fusermount3", "-u", mnt], check=True)
+        assert daemon.wait(timeout=20) == 0
+    finally:
+        os.chmod("/dev/fuse", mode)
+        if daemon is not None and daemon.poll() is None:
+            daemon.kill()
+            subprocess.run(["umount", "-l", mnt], check=False)
