@@ -105,13 +105,7 @@ fn assert_carries(result: std::io::Result<Vec<u8>>, key: &str, value: &str) {
 
 #[test]
 fn audio_range_past_the_end_of_the_file() {
-    for format in [
-        Format::Flac,
-        Format::Mp3,
-        Format::Vorbis,
-        Format::Mp4,
-        Format::Wav,
-    ] {
+    for format in Format::ALL {
         let lie = "UPDATE tracks SET audio_length = audio_length + 100000 WHERE id = ?1";
         assert_eio(after_lie(format, lie), &format!("{format:?} audio past the end"));
     }
@@ -150,13 +144,7 @@ fn format_that_does_not_match_the_file() {
 
 #[test]
 fn ten_megabyte_tag_value_is_served() {
-    for format in [
-        Format::Flac,
-        Format::Mp3,
-        Format::Vorbis,
-        Format::Mp4,
-        Format::Wav,
-    ] {
+    for format in Format::ALL {
         let lie = "INSERT OR REPLACE INTO tags (track_id, key, position, value) \
                    VALUES (?1, 'comment', 0, printf('%.*c', 10000000, 'x'))";
         assert_carries(after_lie(format, lie), "comment", &"x".repeat(10_000_000));
@@ -165,13 +153,7 @@ fn ten_megabyte_tag_value_is_served() {
 
 #[test]
 fn keys_with_control_or_non_ascii_characters() {
-    for format in [
-        Format::Flac,
-        Format::Mp3,
-        Format::Vorbis,
-        Format::Mp4,
-        Format::Wav,
-    ] {
+    for format in Format::ALL {
         for key in ["bad\u{1}key", "del\u{7f}key", "ключ", "a=b"] {
             let lie =
                 format!("INSERT INTO tags (track_id, key, position, value) VALUES (?1, '{key}', 0, 'v')");

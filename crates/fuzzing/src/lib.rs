@@ -117,15 +117,7 @@ type Rows = (
 );
 
 fn random_rows(u: &mut Unstructured<'_>) -> ArbResult<Rows> {
-    let formats = [
-        Format::Flac,
-        Format::Mp3,
-        Format::Mp4,
-        Format::Vorbis,
-        Format::Opus,
-        Format::Wav,
-    ];
-    let format = *u.choose(&formats)?;
+    let format = *u.choose(&Format::ALL)?;
     let backing: Vec<u8> = u.arbitrary()?;
     let size = backing.len() as u64;
     let audio_offset = u.int_in_range(0..=size)?;
