@@ -281,7 +281,10 @@ fn damaged_files_are_refused_with_a_reason() {
     with_id3v1.resize(flac.len() + 128, b' ');
     probe_bytes(&with_id3v1).expect("a trailing ID3v1 tag is not damage");
 
-    let mut ogg = std::fs::read(fixtures().join("tagged.ogg")).unwrap();
+    let ogg = std::fs::read(fixtures().join("tagged.ogg")).unwrap();
+    let err = probe_bytes(&ogg[..ogg.len() - 100]).expect_err("an Ogg cut inside a page is refused");
+    assert!(err.to_string().contains("runs past the end"), "{err}");
+    let mut ogg = ogg;
     let comment_page = ogg_page_starts(&ogg)[1];
     ogg[comment_page + 40] ^= 0x20;
     let err = probe_bytes(&ogg).expect_err("a damaged header page is refused");

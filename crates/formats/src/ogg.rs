@@ -169,8 +169,9 @@ pub fn probe(src: &Source<'_>, format: Format) -> Result<Probe> {
 /// every page from the first audio page to the end of the file must be a
 /// page of the stream (a page of another stream means a chain or a
 /// multiplex, anything else damage or trailing bytes), the first continuing
-/// the header pages' sequence, the last ending at the end of the file. Only
-/// page headers are looked at, read a window at a time.
+/// the header pages' sequence, the last ending at the end of the file (a
+/// file cut inside a page is an error: truncated). Only page headers are
+/// looked at, read a window at a time.
 fn audio_pages_problem(
     src: &Source<'_>,
     audio_offset: u64,
@@ -188,7 +189,13 @@ fn audio_pages_problem(
             window = src.read(pos, WINDOW.min(size - pos), "Ogg audio pages")?;
         }
         let h = &window[(pos - window_at) as usize..];
-        let truncated = || Ok(Some("the file does not end with a complete Ogg page".to_string()));
+        // A download cut short: refused like a truncated FLAC, not served
+        // as it is (its tags could not follow the store).
+        let truncated = || {
+            Err(ProbeError::Truncated(format!(
+                "the Ogg page at offset {pos} runs past the end of the file"
+            )))
+        };
         if h.len() < PAGE_HEADER_LEN as usize {
             return truncated();
         }
