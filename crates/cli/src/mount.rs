@@ -43,26 +43,31 @@ fn ownership(a: &MountArgs) -> anyhow::Result<Ownership> {
     use nix::unistd::{Group, User};
     let mut own = Ownership::of_current_user();
     if let Some(owner) = &a.owner {
-        own.uid = match owner.parse() {
-            Ok(uid) => uid,
-            Err(_) => match User::from_name(owner)? {
-                Some(user) => user.uid.as_raw(),
-                None => return Err(UsageError(format!("--owner {owner}: no such user")).into()),
-            },
-        };
+        own.uid = numeric_or(owner, "--owner", "user", |n| {
+            Ok(User::from_name(n)?.map(|u| u.uid.as_raw()))
+        })?;
     }
     if let Some(group) = &a.group {
-        own.gid = match group.parse() {
-            Ok(gid) => gid,
-            Err(_) => match Group::from_name(group)? {
-                Some(g) => g.gid.as_raw(),
-                None => return Err(UsageError(format!("--group {group}: no such group")).into()),
-            },
-        };
+        own.gid = numeric_or(group, "--group", "group", |n| {
+            Ok(Group::from_name(n)?.map(|g| g.gid.as_raw()))
+        })?;
     }
     own.file_mode = a.file_mode;
     own.dir_mode = a.dir_mode;
     Ok(own)
+}
+
+/// A numeric id as given, or the id `lookup` finds for a name.
+fn numeric_or(
+    value: &str,
+    option: &str,
+    what: &str,
+    lookup: impl Fn(&str) -> nix::Result<Option<u32>>,
+) -> anyhow::Result<u32> {
+    if let Ok(id) = value.parse() {
+        return Ok(id);
+    }
+    lookup(value)?.ok_or_else(|| UsageError(format!("{option} {value}: no such {what}")).into())
 }
 
 /// Every open served file holds its backing file open: allow as many as

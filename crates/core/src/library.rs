@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use anyhow::Context;
-use retagfs_formats::{synthesize, synthesized_len, Layout, SegmentSource, SynthesisInput, SynthesisOptions};
+use retagfs_formats::{
+    format_mismatch, synthesize, synthesized_len, Layout, ReadAt, SegmentSource, Source, SynthesisInput,
+    SynthesisOptions,
+};
 use retagfs_store::{ArtLink, BackingPart, Format, Store, TrackRow};
 
 use crate::read_ahead::ReadAhead;
@@ -520,6 +523,14 @@ impl Library {
             .map_err(|e| fail("reading the store", &e))?;
         let (track, rows) = found.ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
         let backing = open_backing(&track)?;
+        if rows.is_some() {
+            // Rows another tool wrote may name another format than the
+            // file's (structure-only serves the bytes and does not care).
+            let src = Source::new(&backing as &dyn ReadAt, track.stamps.size);
+            if let Some(why) = format_mismatch(&src, track.format) {
+                return Err(fail(&track.backing_path, &why));
+            }
+        }
         let layout = match rows {
             None => Layout::passthrough(track.stamps.size),
             Some((tags, art, blocks, parts)) => synthesize(&SynthesisInput {

@@ -31,14 +31,17 @@ fn scanned() -> (tempfile::TempDir, PathBuf) {
     (dir, db_path)
 }
 
-fn load(db_path: &Path) -> Library {
-    let config = ViewConfig {
+fn config() -> ViewConfig {
+    ViewConfig {
         template: Template::parse(DEFAULT_TEMPLATE).unwrap(),
         fallbacks: Fallbacks::standard(),
         mode: Mode::Synthesis,
         synthesis: Default::default(),
-    };
-    Library::load(db_path, config).unwrap()
+    }
+}
+
+fn load(db_path: &Path) -> Library {
+    Library::load(db_path, config()).unwrap()
 }
 
 /// Every served file, whole, by track id (or the error reading it).
@@ -176,12 +179,6 @@ fn store_from_a_newer_retagfs_is_refused_with_a_reason() {
         .conn()
         .execute_batch("PRAGMA user_version = 99")
         .unwrap();
-    let config = ViewConfig {
-        template: Template::parse(DEFAULT_TEMPLATE).unwrap(),
-        fallbacks: Fallbacks::standard(),
-        mode: Mode::Synthesis,
-        synthesis: Default::default(),
-    };
-    let err = Library::load(&db_path, config).err().expect("refused");
+    let err = Library::load(&db_path, config()).err().expect("refused");
     assert!(format!("{err:#}").contains("99"), "{err:#}");
 }

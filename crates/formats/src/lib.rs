@@ -35,6 +35,6 @@ pub use layout::{Layout, Segment};
 pub use picture::image_info;
 pub use probe::{probe, Probe};
 pub use retagfs_store::Format;
-pub use sniff::sniff;
+pub use sniff::{format_mismatch, sniff};
 pub use source::{ReadAt, Source};
 pub use synth::{synthesize, synthesized_len, FlacBlockLen, SynthesisInput, SynthesisOptions};

@@ -41,3 +41,18 @@ pub fn sniff(src: &Source<'_>) -> Result<Option<Format>> {
     }
     Ok(None)
 }
+
+/// Why `src` is not a file of `format`, if it is not: store rows that
+/// name another format than the file's would synthesize garbage.
+pub fn format_mismatch(src: &Source<'_>, format: Format) -> Option<String> {
+    match sniff(src) {
+        Ok(Some(f)) if f == format => None,
+        Ok(Some(f)) => Some(format!("the store says {format} but the file is {f}")),
+        Ok(None) => Some(format!(
+            "the store says {format} but the file is not audio retagfs knows"
+        )),
+        Err(e) => Some(format!(
+            "the store says {format} but the file does not read as such: {e}"
+        )),
+    }
+}

@@ -4,8 +4,7 @@ use retagfs_store::{ArtLink, BackingPart, TrackRow};
 
 use crate::id3_tag::{self, Id3Version};
 use crate::layout::Layout;
-use crate::sniff::sniff;
-use crate::source::{ReadAt, Source};
+use crate::source::ReadAt;
 use crate::{flac, mp4_synth, ogg, wav, Format};
 
 /// Choices of the mount that change the served bytes.
@@ -40,9 +39,6 @@ pub fn synthesize(input: &SynthesisInput<'_>) -> Result<Layout, String> {
         return Ok(Layout::passthrough(t.stamps.size));
     }
     check_ranges(t, input.parts)?;
-    if let Some(backing) = input.backing {
-        check_format(t, backing)?;
-    }
     match t.format {
         Format::Flac => flac::synthesize(
             input.flac_blocks,
@@ -108,24 +104,6 @@ fn check_ranges(t: &TrackRow, parts: &[BackingPart]) -> Result<(), String> {
             p.kind, p.offset, p.length
         )),
         None => Ok(()),
-    }
-}
-
-/// The backing file must be of the format the row says: synthesis of one
-/// format around another's bytes would serve garbage.
-fn check_format(t: &TrackRow, backing: &dyn ReadAt) -> Result<(), String> {
-    let found = sniff(&Source::new(backing, t.stamps.size));
-    match found {
-        Ok(Some(f)) if f == t.format => Ok(()),
-        Ok(Some(f)) => Err(format!("the store says {} but the file is {}", t.format, f)),
-        Ok(None) => Err(format!(
-            "the store says {} but the file is not audio retagfs knows",
-            t.format
-        )),
-        Err(e) => Err(format!(
-            "the store says {} but the file does not read as such: {e}",
-            t.format
-        )),
     }
 }
 
