@@ -145,7 +145,8 @@ pub struct MountArgs {
     pub no_kernel_passthrough: bool,
     /// Read backing files ahead of sequential readers, in 1 MiB chunks, six
     /// at a time (96 MiB at most in all): many-fold faster streaming from
-    /// storage where each read waits milliseconds.
+    /// storage where each read waits milliseconds. On local disks the kernel
+    /// is asked to read ahead instead (no memory or threads of ours).
     #[arg(long, value_enum, default_value = "auto")]
     pub read_ahead: ReadAheadArg,
     /// ID3v2 version of the tags served in MP3 files and WAV `id3 ` chunks:
@@ -248,9 +249,10 @@ impl ViewArgs {
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum ReadAheadArg {
-    /// For backing files on network file systems (NFS, SMB, 9p, Ceph) and FUSE.
+    /// Chunks for backing files on network file systems (NFS, SMB, 9p,
+    /// Ceph) and FUSE; kernel read-ahead hints for local ones.
     Auto,
-    /// For every backing file.
+    /// Chunks for every backing file.
     On,
     /// Never: every read goes to the backing file as the kernel asks.
     Off,

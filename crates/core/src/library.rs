@@ -15,7 +15,7 @@ use retagfs_formats::{
 };
 use retagfs_store::{ArtLink, BackingPart, Format, Store, TrackRow};
 
-use crate::read_ahead::ReadAhead;
+use crate::read_ahead::{KernelHints, ReadAhead};
 use crate::template::{Fallbacks, Fields, Template};
 use crate::tree::{file_ino, FileEntry, Invalidations, Placement, Tree};
 
@@ -228,15 +228,19 @@ pub struct OpenFile {
     pub layout: Arc<Layout>,
     backing: Arc<File>,
     read_ahead: Option<ReadAhead>,
+    hints: Option<KernelHints>,
 }
 
 /// When backing bytes are read ahead of a sequential reader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReadAheadMode {
-    /// For backing files on network file systems and FUSE.
+    /// Chunks for backing files on network file systems and FUSE, kernel
+    /// hints for local ones.
     #[default]
     Auto,
+    /// Chunks for every backing file.
     Always,
+    /// Neither: each read goes to the backing file as the kernel asks.
     Never,
 }
 
@@ -475,18 +479,21 @@ impl Library {
                 f.content_version = track.content_version;
             }
         }
-        let read_ahead = match self.read_ahead_mode() {
+        let mode = self.read_ahead_mode();
+        let read_ahead = match mode {
             ReadAheadMode::Always => true,
             ReadAheadMode::Never => false,
             ReadAheadMode::Auto => crate::read_ahead::is_slow_storage(&backing),
         };
         let backing = Arc::new(backing);
+        let hints = (!read_ahead && mode != ReadAheadMode::Never).then(KernelHints::default);
         let read_ahead = read_ahead.then(|| ReadAhead::new(backing.clone(), track.stamps.size));
         Ok(OpenFile {
             track,
             layout,
             backing,
             read_ahead,
+            hints,
         })
     }
 
@@ -650,7 +657,13 @@ impl SegmentSource for Sources<'_> {
     fn read_backing(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         match &self.file.read_ahead {
             Some(ahead) => ahead.read_exact_at(buf, offset),
-            None => self.file.backing.read_exact_at(buf, offset),
+            None => {
+                self.file.backing.read_exact_at(buf, offset)?;
+                if let Some(hints) = &self.file.hints {
+                    hints.after_read(&self.file.backing, offset, buf.len());
+                }
+                Ok(())
+            }
         }
     }
 

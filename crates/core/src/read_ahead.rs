@@ -44,6 +44,77 @@ pub fn is_slow_storage(file: &File) -> bool {
     [NFS, SMB, CIFS, SMB2, FUSE, V9FS, CEPH, AFS].contains(&(st.f_type as i64))
 }
 
+/// Read-ahead on local storage, where the kernel does it best: once an open
+/// file is read sequentially, the kernel is asked (`POSIX_FADV_WILLNEED`) to
+/// start reading the next backing bytes into its page cache, so the disk
+/// works while the previous piece travels through FUSE. Costs no memory of
+/// ours and no thread. The hinted range grows with the sequential run (as
+/// the kernel's own read-ahead does), so a tagger that reads only a file's
+/// start costs no extra disk reads.
+#[derive(Default)]
+pub struct KernelHints {
+    state: Mutex<HintState>,
+}
+
+#[derive(Default)]
+struct HintState {
+    /// Where the last read ended.
+    next: u64,
+    /// Bytes read in the current sequential run.
+    run: u64,
+    /// The end of the range already hinted.
+    hinted_to: u64,
+}
+
+/// Most bytes hinted ahead of a sequential reader.
+const HINT_AHEAD: u64 = 4 << 20;
+
+impl KernelHints {
+    /// Notes a backing read of `len` bytes at `offset`; hints the kernel
+    /// when the reader is sequential and nears the end of the last hint.
+    pub fn after_read(&self, file: &File, offset: u64, len: usize) {
+        use std::os::fd::AsRawFd;
+        let hint = self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .next_hint(offset, len as u64);
+        if let Some((from, to)) = hint {
+            // SAFETY: advice only; the fd is open for the call's duration.
+            unsafe {
+                libc::posix_fadvise(
+                    file.as_raw_fd(),
+                    from as libc::off_t,
+                    (to - from) as libc::off_t,
+                    libc::POSIX_FADV_WILLNEED,
+                );
+            }
+        }
+    }
+}
+
+impl HintState {
+    /// The backing range to hint after a read, if any.
+    fn next_hint(&mut self, offset: u64, len: u64) -> Option<(u64, u64)> {
+        let end = offset + len;
+        // Concurrent kernel requests arrive slightly out of order.
+        if offset.abs_diff(self.next) > CHUNK {
+            self.run = 0;
+            self.hinted_to = 0;
+        }
+        self.next = end;
+        self.run += len;
+        // A large kernel request means the kernel already sees a stream.
+        let ahead = (2 * self.run).max(8 * len).min(HINT_AHEAD);
+        if end + ahead / 2 <= self.hinted_to {
+            return None;
+        }
+        let from = self.hinted_to.max(end);
+        self.hinted_to = end + ahead;
+        Some((from, self.hinted_to))
+    }
+}
+
 /// One chunk of backing bytes, being fetched or fetched.
 struct Chunk {
     data: Mutex<Option<io::Result<Vec<u8>>>>,
@@ -237,6 +308,30 @@ mod tests {
             );
             offset = (offset + size as u64) % len as u64;
         }
+    }
+
+    #[test]
+    fn hints_grow_with_a_stream_and_stay_small_for_a_tagger() {
+        let mut tagger = HintState::default();
+        let (from, to) = tagger.next_hint(0, 16 << 10).unwrap();
+        assert!(to - from <= 128 << 10, "a 16 KiB read hints {} bytes", to - from);
+
+        let mut stream = HintState::default();
+        let mut hinted = Vec::new();
+        for i in 0..64u64 {
+            if let Some(range) = stream.next_hint(i << 17, 1 << 17) {
+                hinted.push(range);
+            }
+        }
+        // Contiguous, never re-hinted, and at most HINT_AHEAD past the reader.
+        assert!(hinted.windows(2).all(|w| w[0].1 == w[1].0));
+        let (reader, last) = (64 << 17, hinted.last().unwrap().1);
+        assert!(last > reader + HINT_AHEAD / 2 && last <= reader + HINT_AHEAD);
+        assert!(hinted.len() < 32, "{} hints for 64 reads", hinted.len());
+
+        // A seek starts over.
+        let (from, _) = stream.next_hint(500 << 20, 4096).unwrap();
+        assert_eq!(from, (500 << 20) + 4096);
     }
 
     #[test]
