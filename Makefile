@@ -3,7 +3,7 @@
 
 SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := fuse3 pkg-config ffmpeg flac lame vorbis-tools opus-tools sox python3-pip
+APT_PACKAGES := gcc fuse3 pkg-config ffmpeg flac lame vorbis-tools opus-tools sox python3-pip
 CARGO := $(shell command -v cargo || echo $$HOME/.cargo/bin/cargo)
 BIN := target/release/retagfs
 
@@ -13,7 +13,7 @@ all: build
 
 deps:
 	@missing=""; \
-	for c in fusermount3:fuse3 pkg-config:pkg-config ffmpeg:ffmpeg flac:flac lame:lame oggenc:vorbis-tools opusenc:opus-tools sox:sox pip3:python3-pip; do \
+	for c in cc:gcc fusermount3:fuse3 pkg-config:pkg-config ffmpeg:ffmpeg flac:flac lame:lame oggenc:vorbis-tools opusenc:opus-tools sox:sox pip3:python3-pip; do \
 	  command -v $${c%%:*} >/dev/null || missing="$$missing $${c##*:}"; \
 	done; \
 	if [ -n "$$missing" ]; then \

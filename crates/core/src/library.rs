@@ -317,16 +317,6 @@ impl OpenCache {
     }
 }
 
-/// Hands memory freed after a big load back to the system, so a mount's
-/// resident size is what it keeps, not what loading it took.
-fn release_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free heap pages to the kernel.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
 fn eio() -> io::Error {
     io::Error::from_raw_os_error(libc::EIO)
 }
@@ -348,7 +338,6 @@ impl Library {
             (started.elapsed() - loaded).as_secs_f64() * 1000.0
         );
         drop(snapshot);
-        release_free_memory();
         Ok(Library {
             config,
             tree: RwLock::new(tree),

@@ -82,6 +82,13 @@ fn extension(path: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Whether the file name's extension says it is never audio (compared
+/// without allocating: this runs for every file of every re-scan).
+fn is_not_audio(name: &str) -> bool {
+    name.rsplit_once('.')
+        .is_some_and(|(_, ext)| NOT_AUDIO.iter().any(|n| n.eq_ignore_ascii_case(ext)))
+}
+
 /// Canonical, existing directories, or an error that says what to do.
 fn check_roots(roots: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     roots
@@ -177,7 +184,7 @@ pub fn scan(
     let started = Instant::now();
     let roots = check_roots(&opts.roots)?;
     let mut summary = ScanSummary::default();
-    let wanted = |name: &str| !name.starts_with("._") && !NOT_AUDIO.contains(&extension(name).as_str());
+    let wanted = |name: &str| !name.starts_with("._") && !is_not_audio(name);
     // The store's stamps are read while the walk runs.
     let (walked, known) = std::thread::scope(|s| {
         let walk = s.spawn(|| {

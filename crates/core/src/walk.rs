@@ -5,10 +5,15 @@
 //! rather than by full path.
 
 use std::collections::HashSet;
-use std::fs::Metadata;
+use std::ffi::{CStr, OsStr};
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::fs::{self, AtFlags, OFlags, StatxFlags};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
@@ -32,7 +37,8 @@ struct Dir {
     ancestors: Vec<(u64, u64)>,
 }
 
-/// Directories waiting to be read, and how many workers are reading one.
+/// Directories given away to idle workers, and how many workers have
+/// directories of their own to read.
 struct Queue {
     dirs: Vec<Dir>,
     busy: usize,
@@ -41,6 +47,9 @@ struct Queue {
 struct Shared<'a> {
     queue: Mutex<Queue>,
     wake: Condvar,
+    /// Workers waiting for directories (read without the lock, to decide
+    /// whether to share).
+    idle: AtomicUsize,
     found: AtomicU64,
     follow: bool,
     wanted: &'a (dyn Fn(&str) -> bool + Sync),
@@ -69,7 +78,11 @@ pub fn walk(
         })
         .collect();
     let shared = Shared {
-        queue: Mutex::new(Queue { dirs, busy: 0 }),
+        queue: Mutex::new(Queue {
+            dirs,
+            busy: threads.max(1),
+        }),
+        idle: AtomicUsize::new(0),
         wake: Condvar::new(),
         found: AtomicU64::new(0),
         follow,
@@ -102,13 +115,19 @@ pub fn walk(
             .collect()
     });
     let mut out = Walked::default();
+    // Overlapping roots, or a symlink to a file also in the library, can
+    // find a file twice.
+    let may_repeat = follow || roots.len() > 1;
     let mut seen = HashSet::new();
     for part in parts {
         out.skipped += part.skipped;
         out.failures.extend(part.failures);
-        // Overlapping roots, or a symlink to a file also in the library.
-        out.files
-            .extend(part.files.into_iter().filter(|(p, _)| seen.insert(p.clone())));
+        if may_repeat {
+            out.files
+                .extend(part.files.into_iter().filter(|(p, _)| seen.insert(p.clone())));
+        } else {
+            out.files.extend(part.files);
+        }
     }
     progress(out.files.len() as u64);
     out
@@ -118,89 +137,145 @@ fn identity(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
+/// Each worker reads its own stack of directories depth-first and gives
+/// half of it away only when another worker is idle: the shared queue's
+/// lock is taken a few times per walk, not twice per directory.
 fn worker(shared: &Shared<'_>) -> Walked {
     let mut out = Walked::default();
-    while let Some(dir) = next_dir(shared) {
-        let subdirs = read_dir(shared, &dir, &mut out);
-        let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
-        queue.dirs.extend(subdirs);
-        queue.busy -= 1;
-        shared.wake.notify_all();
+    let mut mine: Vec<Dir> = Vec::new();
+    loop {
+        let dir = match mine.pop() {
+            Some(dir) => dir,
+            None => match next_dir(shared) {
+                Some(dir) => dir,
+                None => return out,
+            },
+        };
+        mine.extend(read_dir(shared, &dir, &mut out));
+        if mine.len() > 1 && shared.idle.load(Ordering::Relaxed) > 0 {
+            let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+            queue.dirs.extend(mine.drain(..mine.len() / 2));
+            shared.wake.notify_all();
+        }
     }
-    out
 }
 
-/// The next directory to read; None when the queue is empty and nobody
-/// is reading a directory that could add more.
+/// A directory from the shared queue once this worker's own are read; None
+/// when the queue is empty and no worker has directories that could add
+/// more.
 fn next_dir(shared: &Shared<'_>) -> Option<Dir> {
     let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
-    loop {
+    if let Some(dir) = queue.dirs.pop() {
+        return Some(dir);
+    }
+    queue.busy -= 1;
+    shared.idle.fetch_add(1, Ordering::Relaxed);
+    let found = loop {
         if let Some(dir) = queue.dirs.pop() {
             queue.busy += 1;
-            return Some(dir);
+            break Some(dir);
         }
         if queue.busy == 0 {
-            return None;
+            // Wake the others to see that the walk is over.
+            shared.wake.notify_all();
+            break None;
         }
         queue = shared.wake.wait(queue).unwrap_or_else(|e| e.into_inner());
-    }
+    };
+    shared.idle.fetch_sub(1, Ordering::Relaxed);
+    found
 }
 
 /// Reads one directory: candidate files go to `out`, subdirectories are
-/// returned.
+/// returned. Entries are stat'ed relative to the open directory, asking
+/// only for the stamps.
 fn read_dir(shared: &Shared<'_>, dir: &Dir, out: &mut Walked) -> Vec<Dir> {
     let mut subdirs = Vec::new();
-    let entries = match std::fs::read_dir(&dir.path) {
-        Ok(e) => e,
+    let opened = fs::openat(
+        fs::CWD,
+        &dir.path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        fs::Mode::empty(),
+    )
+    .and_then(fs::Dir::new);
+    let mut entries = match opened {
+        Ok(d) => d,
         Err(e) => {
-            tracing::warn!("skipping {}: {e}", dir.path.display());
+            tracing::warn!("skipping {}: {}", dir.path.display(), io::Error::from(e));
             return subdirs;
         }
     };
-    for entry in entries {
+    while let Some(entry) = entries.read() {
         let entry = match entry {
             Ok(e) => e,
             Err(e) => {
+                let e = io::Error::from(e);
                 tracing::warn!("skipping an entry of {}: {e}", dir.path.display());
                 continue;
             }
         };
-        let Ok(mut kind) = entry.file_type() else {
+        let name = entry.file_name();
+        if matches!(name.to_bytes(), b"." | b"..") {
             continue;
-        };
-        let path = entry.path();
-        // Relative to the open directory; a followed symlink needs the path.
-        let mut meta: Option<std::io::Result<Metadata>> = None;
-        if kind.is_symlink() {
-            if !shared.follow {
+        }
+        let Ok(fd) = entries.fd() else { continue };
+        let mut kind = entry.file_type();
+        let mut meta = None;
+        // Some file systems do not say an entry's type while listing.
+        if kind == fs::FileType::Unknown || kind == fs::FileType::Symlink {
+            let follow = kind == fs::FileType::Symlink;
+            if follow && !shared.follow {
                 continue;
             }
-            let m = std::fs::metadata(&path);
+            let m = stat_at(fd, name, follow);
             match &m {
-                Ok(m) => kind = m.file_type(),
+                Ok(m) => kind = fs::FileType::from_raw_mode(m.stx_mode.into()),
                 Err(e) => {
-                    tracing::warn!("skipping {}: broken symlink: {e}", path.display());
+                    tracing::warn!(
+                        "skipping {}: {e}",
+                        dir.path.join(OsStr::from_bytes(name.to_bytes())).display()
+                    );
                     continue;
                 }
             }
             meta = Some(m);
         }
-        if kind.is_dir() {
-            if let Some(sub) = subdir(shared, dir, path, meta) {
+        if kind == fs::FileType::Directory {
+            let path = dir.path.join(OsStr::from_bytes(name.to_bytes()));
+            if let Some(sub) = subdir(shared, dir, path, || {
+                meta.unwrap_or_else(|| stat_at(fd, name, false))
+            }) {
                 subdirs.push(sub);
             }
-        } else if kind.is_file() {
-            file(shared, path, meta.unwrap_or_else(|| entry.metadata()), out);
+        } else if kind == fs::FileType::RegularFile {
+            file(
+                shared,
+                dir,
+                name,
+                || meta.unwrap_or_else(|| stat_at(fd, name, false)),
+                out,
+            );
         }
     }
     subdirs
+}
+
+/// The stamps (and type and identity) of `name` in the open directory.
+fn stat_at(dir: BorrowedFd<'_>, name: &CStr, follow: bool) -> io::Result<fs::Statx> {
+    let flags = if follow {
+        AtFlags::STATX_DONT_SYNC
+    } else {
+        AtFlags::SYMLINK_NOFOLLOW | AtFlags::STATX_DONT_SYNC
+    };
+    let mask = StatxFlags::TYPE | StatxFlags::SIZE | StatxFlags::MTIME | StatxFlags::CTIME | StatxFlags::INO;
+    Ok(fs::statx(dir, name, flags, mask)?)
 }
 
 fn subdir(
     shared: &Shared<'_>,
     parent: &Dir,
     path: PathBuf,
-    meta: Option<std::io::Result<Metadata>>,
+    meta: impl FnOnce() -> io::Result<fs::Statx>,
 ) -> Option<Dir> {
     if !shared.follow {
         return Some(Dir {
@@ -208,8 +283,8 @@ fn subdir(
             ancestors: Vec::new(),
         });
     }
-    let id = match meta.unwrap_or_else(|| std::fs::symlink_metadata(&path)) {
-        Ok(m) => (m.dev(), m.ino()),
+    let id = match meta() {
+        Ok(m) => (device(&m), m.stx_ino),
         Err(e) => {
             tracing::warn!("skipping {}: {e}", path.display());
             return None;
@@ -224,27 +299,53 @@ fn subdir(
     Some(Dir { path, ancestors })
 }
 
-fn file(shared: &Shared<'_>, path: PathBuf, meta: std::io::Result<Metadata>, out: &mut Walked) {
-    let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
-    if !(shared.wanted)(&name) {
+fn device(m: &fs::Statx) -> u64 {
+    libc::makedev(m.stx_dev_major, m.stx_dev_minor)
+}
+
+fn file(
+    shared: &Shared<'_>,
+    dir: &Dir,
+    name: &CStr,
+    meta: impl FnOnce() -> io::Result<fs::Statx>,
+    out: &mut Walked,
+) {
+    let Ok(utf8_name) = name.to_str() else {
+        let shown = dir.path.join(OsStr::from_bytes(name.to_bytes()));
+        out.failures.push((
+            shown.display().to_string(),
+            "file name is not valid UTF-8; rename it to scan it".into(),
+        ));
+        return;
+    };
+    if !(shared.wanted)(utf8_name) {
         out.skipped += 1;
         return;
     }
-    let path = match path.into_os_string().into_string() {
-        Ok(p) => p,
-        Err(raw) => {
-            let shown = Path::new(&raw).display().to_string();
-            out.failures
-                .push((shown, "file name is not valid UTF-8; rename it to scan it".into()));
-            return;
-        }
+    let Some(dir_path) = dir.path.to_str() else {
+        let shown = dir.path.join(utf8_name);
+        out.failures.push((
+            shown.display().to_string(),
+            "folder name is not valid UTF-8; rename it to scan it".into(),
+        ));
+        return;
     };
-    match meta {
-        Ok(meta) => {
-            out.files.push((path, crate::stamps(&meta)));
+    let path = format!("{}/{utf8_name}", dir_path.trim_end_matches('/'));
+    match meta() {
+        Ok(m) => {
+            out.files.push((path, stamps_of(&m)));
             shared.found.fetch_add(1, Ordering::Relaxed);
         }
         Err(e) => out.failures.push((path, format!("cannot stat: {e}"))),
+    }
+}
+
+fn stamps_of(m: &fs::Statx) -> Stamps {
+    let ns = |t: fs::StatxTimestamp| t.tv_sec * 1_000_000_000 + i64::from(t.tv_nsec);
+    Stamps {
+        size: m.stx_size,
+        mtime_ns: ns(m.stx_mtime),
+        ctime_ns: ns(m.stx_ctime),
     }
 }
 

@@ -16,6 +16,6 @@ pub use model::{
 pub use rusqlite::Transaction;
 pub use store::{
     add_tag, delete_orphan_art, insert_art, move_track, record_failure, remove_art, remove_failure,
-    remove_track, set_art, set_tag, sha256_hex, trim_change_log, write_scanned, Result, Store, StoreError,
-    SCHEMA_VERSION,
+    remove_track, set_art, set_tag, sha256_hex, trim_change_log, write_scanned, PathMap, Result, Store,
+    StoreError, SCHEMA_VERSION,
 };

@@ -62,6 +62,11 @@ pub fn sha256_hex(data: &[u8]) -> String {
     hex::encode(Sha256::digest(data))
 }
 
+/// Backing paths to values, hashed fast: a re-scan looks up every file of
+/// the library in one (paths come from the user's own disk, not from an
+/// adversary choosing hash collisions).
+pub type PathMap<V> = HashMap<String, V, foldhash::fast::RandomState>;
+
 impl Store {
     /// Opens (creating if needed) a store for reading and writing and brings
     /// its schema up to date.
@@ -256,7 +261,7 @@ impl Store {
     }
 
     /// Stat stamps of every track by backing path, for re-scan skipping.
-    pub fn stamps_by_path(&self) -> Result<HashMap<String, (i64, Stamps)>> {
+    pub fn stamps_by_path(&self) -> Result<PathMap<(i64, Stamps)>> {
         let mut stmt = self.conn.prepare(&format!(
             // A track the migration to version 2 left without structure
             // reports impossible stamps, so the next scan re-probes it.
@@ -296,7 +301,7 @@ impl Store {
 
     /// Stat stamps of every recorded failure, so unchanged broken files are
     /// not probed again.
-    pub fn failure_stamps(&self) -> Result<HashMap<String, Stamps>> {
+    pub fn failure_stamps(&self) -> Result<PathMap<Stamps>> {
         let mut stmt = self
             .conn
             .prepare("SELECT path, file_size, mtime_ns, ctime_ns FROM scan_failures")?;
