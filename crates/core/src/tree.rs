@@ -2,7 +2,11 @@
 //! with sanitized, unique names and inode numbers that are stable across
 //! remounts (files: from the track id; directories: from a hash of the path).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+/// Maps keyed by inode numbers (looked up on every request) and the like:
+/// hashed fast.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::time::SystemTime;
 
 use retagfs_store::Format;
@@ -148,7 +152,7 @@ impl Default for Tree {
 
 impl Tree {
     pub fn new() -> Tree {
-        let mut nodes = HashMap::new();
+        let mut nodes = HashMap::default();
         nodes.insert(
             ROOT_INO,
             Node {
@@ -162,9 +166,9 @@ impl Tree {
         Tree {
             nodes,
             dir_count: 1,
-            next_suffix: HashMap::new(),
-            rendered: HashMap::new(),
-            listing_changed: HashMap::new(),
+            next_suffix: HashMap::default(),
+            rendered: HashMap::default(),
+            listing_changed: HashMap::default(),
         }
     }
 
@@ -208,10 +212,18 @@ impl Tree {
                 (comps, stem, p.file)
             })
             .collect();
-        let dirs: Vec<u64> = split
-            .iter()
-            .map(|(comps, _, _)| tree.ensure_dirs(comps, &mut Vec::new()))
-            .collect();
+        // Tracks of one album are mostly neighbours: their directory is
+        // looked up once.
+        let mut last: Option<(&[String], u64)> = None;
+        let mut dirs = Vec::with_capacity(split.len());
+        for (comps, _, _) in &split {
+            let dir = match last {
+                Some((prev, dir)) if prev == comps.as_slice() => dir,
+                _ => tree.ensure_dirs(comps, &mut Vec::new()),
+            };
+            last = Some((comps, dir));
+            dirs.push(dir);
+        }
         for ((_, stem, file), dir) in split.into_iter().zip(dirs) {
             tree.insert_file(dir, &stem, file);
         }
