@@ -231,6 +231,8 @@ pub struct Library {
     /// Tracks whose byte-identical serving was already logged.
     passthrough_logged: Mutex<HashSet<i64>>,
     opened: OpenCache,
+    /// Directories whose files were resolved ahead ([`Library::warm_siblings`]).
+    warmed: Mutex<HashSet<u64>>,
     /// The change-log position the tree reflects; held while refreshing,
     /// so refreshes run one at a time.
     seen_seq: Mutex<i64>,
@@ -283,6 +285,11 @@ struct OpenCache {
 /// Track id -> (row, layout), and the bytes they hold.
 #[derive(Default)]
 struct CachedTracks(HashMap<i64, (TrackRow, Arc<Layout>)>, usize);
+
+/// Files resolved ahead after an open in their directory.
+const WARM_SIBLINGS: usize = 64;
+/// Directories remembered as warmed (then the memory starts over).
+const WARMED_DIRS_KEPT: usize = 4096;
 
 /// Memory the open cache may hold (generated headers, MP4 `moov`s).
 const OPEN_CACHE_BYTES: usize = 16 << 20;
@@ -364,6 +371,7 @@ impl Library {
             },
             passthrough_logged: Mutex::default(),
             opened: OpenCache::default(),
+            warmed: Mutex::default(),
             seen_seq: Mutex::new(seq),
             read_ahead: Mutex::default(),
         })
@@ -413,6 +421,7 @@ impl Library {
                 out.rebuilt = true;
                 *tree = new;
                 self.opened.clear();
+                self.warmed.lock().unwrap_or_else(|e| e.into_inner()).clear();
                 *seen = last;
             }
             Pending::Tracks(changed, last) => {
@@ -465,10 +474,12 @@ impl Library {
         };
         let (track, backing, layout) = match self.opened.get(entry.track_id, entry.content_version) {
             Some((track, layout)) => {
-                let backing = open_backing(&track)?;
+                let backing = open_backing(&track, Log::Yes)?;
                 (track, backing, layout)
             }
-            None => self.pool.with(|store| self.resolve(store, entry.track_id))?,
+            None => self
+                .pool
+                .with(|store| self.resolve(store, entry.track_id, Log::Yes))?,
         };
         self.log_passthrough(&track);
         if layout.len() != entry.size {
@@ -503,11 +514,41 @@ impl Library {
         })
     }
 
+    /// Resolves the files listed after `ino` in its directory into the
+    /// open cache, so that the opens that usually follow (a player's album,
+    /// a tagger's folder) need neither the store nor synthesis. Meant to run
+    /// after an open was answered; each directory is warmed once until the
+    /// cache is cleared. Failures are left for the files' own opens.
+    pub fn warm_siblings(&self, ino: u64) {
+        let Some(dir) = self.tree().get(ino).map(|n| n.parent) else {
+            return;
+        };
+        {
+            let mut warmed = self.warmed.lock().unwrap_or_else(|e| e.into_inner());
+            if warmed.len() >= WARMED_DIRS_KEPT {
+                warmed.clear();
+            }
+            if !warmed.insert(dir) {
+                return;
+            }
+        }
+        let files = self.tree().files_after(ino, WARM_SIBLINGS);
+        for f in files {
+            if self.opened.get(f.track_id, f.content_version).is_none() {
+                let _ = self
+                    .pool
+                    .with(|store| self.resolve(store, f.track_id, Log::No).map(drop));
+            }
+        }
+    }
+
     /// The track's row, its backing file (checked against the scan's stamps)
     /// and the layout of the served file.
-    fn resolve(&self, store: &Store, track_id: i64) -> io::Result<(TrackRow, File, Arc<Layout>)> {
+    fn resolve(&self, store: &Store, track_id: i64, log: Log) -> io::Result<(TrackRow, File, Arc<Layout>)> {
         let fail = |what: &str, e: &dyn std::fmt::Display| {
-            tracing::error!("track {track_id}: {what}: {e}");
+            if log == Log::Yes {
+                tracing::error!("track {track_id}: {what}: {e}");
+            }
             eio()
         };
         let synthesis = self.config.mode == Mode::Synthesis;
@@ -535,7 +576,7 @@ impl Library {
             })
             .map_err(|e| fail("reading the store", &e))?;
         let (track, rows) = found.ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
-        let backing = open_backing(&track)?;
+        let backing = open_backing(&track, log)?;
         if rows.is_some() {
             // Rows another tool wrote may name another format than the
             // file's (structure-only serves the bytes and does not care).
@@ -602,14 +643,22 @@ impl Library {
         // Checked after reading: bytes read from a file rewritten meanwhile
         // are never returned. (A file replaced by rename keeps serving the
         // old inode, which is still consistent.)
-        check_stamps(&file.track, &file.backing)?;
+        check_stamps(&file.track, &file.backing, Log::Yes)?;
         Ok(out)
     }
 }
 
+/// Whether a failure is logged: not while warming files nobody opened yet
+/// (their own open logs it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Log {
+    Yes,
+    No,
+}
+
 /// Opens a track's backing file; a file that changed since the scan is
 /// EIO (its offsets are stale), a vanished one ENOENT.
-fn open_backing(track: &TrackRow) -> io::Result<File> {
+fn open_backing(track: &TrackRow, log: Log) -> io::Result<File> {
     let backing = File::open(&track.backing_path).map_err(|e| match e.raw_os_error() {
         // Out of descriptors: the client sees why (it holds too many files
         // open), not an I/O error, and the log gets one line, not one per
@@ -625,7 +674,9 @@ fn open_backing(track: &TrackRow) -> io::Result<File> {
             io::Error::from_raw_os_error(code)
         }
         code => {
-            tracing::warn!("{}: cannot open backing file: {e}", track.backing_path);
+            if log == Log::Yes {
+                tracing::warn!("{}: cannot open backing file: {e}", track.backing_path);
+            }
             io::Error::from_raw_os_error(if code == Some(libc::ENOENT) {
                 libc::ENOENT
             } else {
@@ -633,16 +684,19 @@ fn open_backing(track: &TrackRow) -> io::Result<File> {
             })
         }
     })?;
-    check_stamps(track, &backing)?;
+    check_stamps(track, &backing, log)?;
     Ok(backing)
 }
 
 /// EIO (and a log line) when the open backing file's size or mtime no
 /// longer match the scan: its offsets are stale.
-fn check_stamps(track: &TrackRow, backing: &File) -> io::Result<()> {
+fn check_stamps(track: &TrackRow, backing: &File, log: Log) -> io::Result<()> {
     let meta = backing.metadata().map_err(|_| eio())?;
     let now = crate::stamps(&meta);
     if now.size != track.stamps.size || now.mtime_ns != track.stamps.mtime_ns {
+        if log == Log::No {
+            return Err(eio());
+        }
         tracing::warn!(
             "{}: backing file changed since it was scanned (size {} -> {}); run `retagfs scan` again",
             track.backing_path,

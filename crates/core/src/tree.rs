@@ -445,6 +445,30 @@ impl Tree {
         self.dir_count
     }
 
+    /// Up to `max` other files of `ino`'s directory, in listing order
+    /// starting after `ino` (and wrapping around): the files a reader of
+    /// `ino` is likely to open next.
+    pub fn files_after(&self, ino: u64, max: usize) -> Vec<FileEntry> {
+        let Some(node) = self.nodes.get(&ino) else {
+            return Vec::new();
+        };
+        let Some(Entry::Dir { children }) = self.nodes.get(&node.parent).map(|n| &n.entry) else {
+            return Vec::new();
+        };
+        use std::ops::Bound::{Excluded, Unbounded};
+        let name = node.name.as_str();
+        let after = children.range::<str, _>((Excluded(name), Unbounded));
+        let before = children.range::<str, _>((Unbounded, Excluded(name)));
+        after
+            .chain(before)
+            .filter_map(|(_, child)| match &self.nodes.get(child)?.entry {
+                Entry::File(f) => Some(f.clone()),
+                Entry::Dir { .. } => None,
+            })
+            .take(max)
+            .collect()
+    }
+
     /// Every file's relative path, sorted.
     pub fn file_paths(&self) -> Vec<String> {
         let mut out = Vec::with_capacity(self.file_count());
@@ -487,6 +511,22 @@ mod tests {
                 content_version: 1,
             },
         }
+    }
+
+    #[test]
+    fn files_after_follow_the_listing_wrap_around_and_skip_directories() {
+        let t = Tree::build(vec![
+            place(1, "A/a"),
+            place(2, "A/b"),
+            place(3, "A/c"),
+            place(4, "A/sub/d"),
+            place(5, "B/e"),
+        ]);
+        let ids = |v: Vec<FileEntry>| v.iter().map(|f| f.track_id).collect::<Vec<_>>();
+        assert_eq!(ids(t.files_after(file_ino(2), 10)), [3, 1]);
+        assert_eq!(ids(t.files_after(file_ino(1), 1)), [2]);
+        assert!(t.files_after(file_ino(5), 10).is_empty());
+        assert!(t.files_after(999, 10).is_empty());
     }
 
     #[test]

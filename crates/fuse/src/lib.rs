@@ -301,6 +301,9 @@ impl Filesystem for RetagFs {
         let flags = flags | self.open_inodes.opened(ino.0, file.track.content_version);
         self.keep_handle(fh, file, false);
         reply.opened(FileHandle(fh), flags);
+        // The reply is out: while the client reads, this thread prepares
+        // the files it will likely open next.
+        self.lib.warm_siblings(ino.0);
     }
 
     fn read(
