@@ -349,31 +349,32 @@ impl Store {
         Ok(out)
     }
 
-    /// Pictures linked to one track, in order, without their bytes. A link
-    /// to a missing art row is left out (it cannot be served).
-    /// Pictures of one track, in order. A link whose art row is missing (a
-    /// tool that deleted art with foreign keys off) is an error, not a
-    /// picture silently left out.
+    /// Pictures of one track, in order, without their bytes. A link whose
+    /// art row is missing (a tool that deleted art with foreign keys off) is
+    /// an error, not a picture silently left out.
     pub fn art_links(&self, track_id: i64) -> Result<Vec<ArtLink>> {
-        let mut dangling = self.conn.prepare_cached(
-            "SELECT l.art_sha256 FROM track_art l LEFT JOIN art a ON a.sha256 = l.art_sha256 \
-             WHERE l.track_id = ?1 AND a.rowid IS NULL LIMIT 1",
-        )?;
-        if let Some(sha256) = dangling.query_row([track_id], |r| r.get(0)).optional()? {
-            return Err(StoreError::MissingArt { track_id, sha256 });
-        }
         let mut stmt = self.conn.prepare_cached(&format!(
-            "{ART_LINK_SELECT} WHERE l.track_id = ?1 ORDER BY l.position"
+            "{ART_LINK_COLUMNS}, l.art_sha256 FROM track_art l LEFT JOIN art a ON a.sha256 = l.art_sha256 \
+             WHERE l.track_id = ?1 ORDER BY l.position"
         ))?;
-        let rows = stmt.query_map([track_id], |r| art_link_from_row(r, 1))?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        let mut rows = stmt.query([track_id])?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            if r.get::<_, Option<i64>>(1)?.is_none() {
+                let sha256 = r.get(10)?;
+                return Err(StoreError::MissingArt { track_id, sha256 });
+            }
+            out.push(art_link_from_row(r, 1)?);
+        }
+        Ok(out)
     }
 
     /// Pictures of every track, grouped by track id.
     pub fn all_art_links(&self) -> Result<HashMap<i64, Vec<ArtLink>>> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!("{ART_LINK_SELECT} ORDER BY l.track_id, l.position"))?;
+        let mut stmt = self.conn.prepare(&format!(
+            "{ART_LINK_COLUMNS} FROM track_art l JOIN art a ON a.sha256 = l.art_sha256 \
+                 ORDER BY l.track_id, l.position"
+        ))?;
         let mut out: HashMap<i64, Vec<ArtLink>> = HashMap::new();
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
@@ -504,9 +505,8 @@ fn part_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, BackingPart)> 
     Ok((r.get(0)?, BackingPart::new(kind, offset as u64, length as u64)))
 }
 
-const ART_LINK_SELECT: &str = "SELECT l.track_id, a.rowid, a.sha256, a.mime, a.width, a.height, \
-     a.depth, length(a.data), l.picture_type, l.description \
-     FROM track_art l JOIN art a ON a.sha256 = l.art_sha256";
+const ART_LINK_COLUMNS: &str = "SELECT l.track_id, a.rowid, a.sha256, a.mime, a.width, a.height, \
+     a.depth, length(a.data), l.picture_type, l.description";
 
 fn art_link_from_row(r: &rusqlite::Row<'_>, base: usize) -> rusqlite::Result<ArtLink> {
     Ok(ArtLink {
