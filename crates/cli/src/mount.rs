@@ -107,6 +107,7 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
         check_mountpoint(&a.mountpoint)?;
     }
     let lib = Arc::new(Library::load(&a.db, config)?);
+    crate::release_free_memory();
     lib.set_read_ahead(a.read_ahead.into());
     if a.dry_run {
         let tree = lib.tree();

@@ -359,9 +359,7 @@ impl Library {
             loaded.as_secs_f64() * 1000.0,
             (started.elapsed() - loaded).as_secs_f64() * 1000.0
         );
-        // Freeing 100,000 small strings takes milliseconds the first `ls`
-        // need not wait for.
-        std::thread::spawn(move || drop(snapshot));
+        drop(snapshot);
         Ok(Library {
             config,
             tree: RwLock::new(tree),
