@@ -29,6 +29,13 @@ const AUDIO: &[&str] = &[
     "flac", "mp3", "m4a", "m4b", "mp4", "aac", "alac", "ogg", "oga", "opus", "wav", "wave",
 ];
 
+/// Extensions of audio formats retagfs does not serve: such a file is
+/// reported (the user will miss it in the mount), not silently skipped.
+const UNSERVED_AUDIO: &[&str] = &[
+    "aif", "aiff", "aifc", "wma", "ape", "wv", "mpc", "tta", "dsf", "dff", "ac3", "dts", "amr", "au", "ra",
+    "mka", "spx", "caf",
+];
+
 pub struct ScanOptions {
     pub roots: Vec<PathBuf>,
     pub follow_symlinks: bool,
@@ -329,13 +336,26 @@ fn write_results(
                         }
                     }
                 }
-                Outcome::Failed(job, ProbeError::UnknownFormat)
-                    if !AUDIO.contains(&extension(&job.path).as_str()) =>
+                Outcome::Failed(job, ProbeError::UnknownFormat | ProbeError::Empty)
+                    if !AUDIO.contains(&extension(&job.path).as_str())
+                        && !UNSERVED_AUDIO.contains(&extension(&job.path).as_str()) =>
                 {
                     summary.skipped += 1;
                 }
                 Outcome::Failed(job, err) => {
-                    let reason = err.to_string();
+                    let reason = match err {
+                        // Audio the user will look for in the mount: say why it is not there.
+                        ProbeError::UnknownFormat
+                            if UNSERVED_AUDIO.contains(&extension(&job.path).as_str()) =>
+                        {
+                            format!(
+                                "unsupported audio format (.{}): retagfs serves FLAC, MP3, MP4/M4A, \
+                                 Ogg Vorbis, Ogg Opus and WAV",
+                                extension(&job.path)
+                            )
+                        }
+                        err => err.to_string(),
+                    };
                     // A track that was fine before keeps its row (and its
                     // edited tags); its changed stamps keep it from being served.
                     tracing::info!("{}: {reason}", job.path);

@@ -95,6 +95,34 @@ fn scan_counts_rescan_and_prune() {
 }
 
 #[test]
+fn empty_files_and_unserved_audio_are_reported_other_files_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("empty.mp3"), b"").unwrap();
+    std::fs::write(root.join("song.aiff"), b"FORM\0\0\0\x04AIFF").unwrap();
+    std::fs::write(root.join("random.bin"), b"not audio at all").unwrap();
+    std::fs::write(root.join("empty.dat"), b"").unwrap();
+    let store_dir = tempfile::tempdir().unwrap();
+    let mut db = Store::open(&store_dir.path().join("store.db")).unwrap();
+    let s = scan(&mut db, &opts(&root, false), &|_| {}).unwrap();
+    let mut failures = s.failures.clone();
+    failures.sort();
+    let names: Vec<(&str, &str)> = failures
+        .iter()
+        .map(|(p, why)| (p.rsplit('/').next().unwrap(), why.as_str()))
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert_eq!(names[0], ("empty.mp3", "empty file (0 bytes)"));
+    assert_eq!(names[1].0, "song.aiff");
+    assert!(
+        names[1].1.starts_with("unsupported audio format (.aiff)"),
+        "{}",
+        names[1].1
+    );
+    assert_eq!((s.added, s.skipped), (0, 2), "{s:?}");
+}
+
+#[test]
 fn moved_file_keeps_its_row_and_edited_tags() {
     let dir = library();
     let mut db = Store::open(&dir.path().join("store.db")).unwrap();

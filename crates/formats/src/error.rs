@@ -6,6 +6,8 @@ use thiserror::Error;
 pub enum ProbeError {
     #[error("not a recognised audio format (FLAC, MP3, MP4/M4A, Ogg Vorbis, Ogg Opus, WAV)")]
     UnknownFormat,
+    #[error("empty file (0 bytes)")]
+    Empty,
     #[error("truncated: {0}")]
     Truncated(String),
     #[error("malformed: {0}")]

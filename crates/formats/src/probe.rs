@@ -42,6 +42,9 @@ impl Probe {
 
 /// Detects the format by content and probes the file.
 pub fn probe(src: &Source<'_>) -> Result<Probe> {
+    if src.size() == 0 {
+        return Err(ProbeError::Empty);
+    }
     let format = sniff(src)?.ok_or(ProbeError::UnknownFormat)?;
     let probe = match format {
         Format::Flac => flac::probe(src)?,
