@@ -89,11 +89,12 @@ fn extension(path: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Whether the file name's extension says it is never audio (compared
+/// Whether the path's extension is one of `list`, in any case (compared
 /// without allocating: this runs for every file of every re-scan).
-fn is_not_audio(name: &str) -> bool {
+fn extension_in(path: &str, list: &[&str]) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
     name.rsplit_once('.')
-        .is_some_and(|(_, ext)| NOT_AUDIO.iter().any(|n| n.eq_ignore_ascii_case(ext)))
+        .is_some_and(|(stem, ext)| !stem.is_empty() && list.iter().any(|l| l.eq_ignore_ascii_case(ext)))
 }
 
 /// Canonical, existing directories, or an error that says what to do.
@@ -191,7 +192,7 @@ pub fn scan(
     let started = Instant::now();
     let roots = check_roots(&opts.roots)?;
     let mut summary = ScanSummary::default();
-    let wanted = |name: &str| !name.starts_with("._") && !is_not_audio(name);
+    let wanted = |name: &str| !name.starts_with("._") && !extension_in(name, NOT_AUDIO);
     // The store's stamps are read while the walk runs.
     let (walked, known) = std::thread::scope(|s| {
         let walk = s.spawn(|| {
@@ -337,17 +338,14 @@ fn write_results(
                     }
                 }
                 Outcome::Failed(job, ProbeError::UnknownFormat | ProbeError::Empty)
-                    if !AUDIO.contains(&extension(&job.path).as_str())
-                        && !UNSERVED_AUDIO.contains(&extension(&job.path).as_str()) =>
+                    if !extension_in(&job.path, AUDIO) && !extension_in(&job.path, UNSERVED_AUDIO) =>
                 {
                     summary.skipped += 1;
                 }
                 Outcome::Failed(job, err) => {
                     let reason = match err {
                         // Audio the user will look for in the mount: say why it is not there.
-                        ProbeError::UnknownFormat
-                            if UNSERVED_AUDIO.contains(&extension(&job.path).as_str()) =>
-                        {
+                        ProbeError::UnknownFormat if extension_in(&job.path, UNSERVED_AUDIO) => {
                             format!(
                                 "unsupported audio format (.{}): retagfs serves FLAC, MP3, MP4/M4A, \
                                  Ogg Vorbis, Ogg Opus and WAV",

@@ -354,7 +354,7 @@ impl Store {
     /// an error, not a picture silently left out.
     pub fn art_links(&self, track_id: i64) -> Result<Vec<ArtLink>> {
         let mut stmt = self.conn.prepare_cached(&format!(
-            "{ART_LINK_COLUMNS}, l.art_sha256 FROM track_art l LEFT JOIN art a ON a.sha256 = l.art_sha256 \
+            "SELECT {ART_LINK_COLUMNS}, l.art_sha256 FROM track_art l LEFT JOIN art a ON a.sha256 = l.art_sha256 \
              WHERE l.track_id = ?1 ORDER BY l.position"
         ))?;
         let mut rows = stmt.query([track_id])?;
@@ -372,7 +372,7 @@ impl Store {
     /// Pictures of every track, grouped by track id.
     pub fn all_art_links(&self) -> Result<HashMap<i64, Vec<ArtLink>>> {
         let mut stmt = self.conn.prepare(&format!(
-            "{ART_LINK_COLUMNS} FROM track_art l JOIN art a ON a.sha256 = l.art_sha256 \
+            "SELECT {ART_LINK_COLUMNS} FROM track_art l JOIN art a ON a.sha256 = l.art_sha256 \
                  ORDER BY l.track_id, l.position"
         ))?;
         let mut out: HashMap<i64, Vec<ArtLink>> = HashMap::new();
@@ -505,7 +505,7 @@ fn part_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, BackingPart)> 
     Ok((r.get(0)?, BackingPart::new(kind, offset as u64, length as u64)))
 }
 
-const ART_LINK_COLUMNS: &str = "SELECT l.track_id, a.rowid, a.sha256, a.mime, a.width, a.height, \
+const ART_LINK_COLUMNS: &str = "l.track_id, a.rowid, a.sha256, a.mime, a.width, a.height, \
      a.depth, length(a.data), l.picture_type, l.description";
 
 fn art_link_from_row(r: &rusqlite::Row<'_>, base: usize) -> rusqlite::Result<ArtLink> {
