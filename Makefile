@@ -37,7 +37,7 @@ unit:
 	$(CARGO) test --workspace --locked
 
 e2e: build
-	python3 -m pytest -ra tests/e2e
+	bash tests/e2e/run.sh
 
 test: deps lint unit e2e
 

@@ -9,8 +9,31 @@ use retagfs_formats::Id3Version;
 use retagfs_fuse::{Mount, MountConfig, Ownership};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
-use crate::args::MountArgs;
+use crate::args::{IoUringArg, MountArgs};
 use crate::UsageError;
+
+/// The fuse module parameter that lets FUSE servers ask for io_uring.
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Whether to ask the kernel for io_uring; with `on`, first makes sure the
+/// kernel offers it.
+fn io_uring_wanted(arg: IoUringArg) -> anyhow::Result<bool> {
+    match arg {
+        IoUringArg::Off => return Ok(false),
+        IoUringArg::Auto => return Ok(true),
+        IoUringArg::On => {}
+    }
+    let current = std::fs::read_to_string(ENABLE_URING).with_context(|| {
+        format!("--io-uring on: this kernel has no FUSE over io_uring ({ENABLE_URING} is missing; it needs Linux 6.14+); use --io-uring auto")
+    })?;
+    if current.trim() != "Y" {
+        std::fs::write(ENABLE_URING, "Y").with_context(|| {
+            format!("--io-uring on: turning on {ENABLE_URING} needs root; run as root, or have it set once with `echo Y | sudo tee {ENABLE_URING}`")
+        })?;
+        tracing::info!("turned on FUSE over io_uring ({ENABLE_URING}=Y)");
+    }
+    Ok(true)
+}
 
 /// Paths shown by `--dry-run`.
 const SAMPLE: usize = 20;
@@ -25,7 +48,8 @@ fn check_mountpoint(p: &Path) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => bail!(
+        // ECONNABORTED: a server that took requests through io_uring died.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)) => bail!(
             "mountpoint {} is a stale mount left by a process that died; clear it with `fusermount3 -u {}` (or `umount {}` as root)",
             p.display(),
             p.display(),
@@ -125,6 +149,7 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
         // Registering a backing file with the kernel needs CAP_SYS_ADMIN.
         // SAFETY: geteuid cannot fail and touches no memory.
         kernel_passthrough: !a.no_kernel_passthrough && unsafe { libc::geteuid() } == 0,
+        io_uring: io_uring_wanted(a.io_uring)?,
         ownership,
     };
     let mut mount = Mount::new(lib, &a.mountpoint, &mount_config).with_context(|| {

@@ -632,7 +632,15 @@ impl Library {
         if buf.len() < want {
             buf.resize(want, 0);
         }
-        let out = &mut buf[..want];
+        let n = self.read_into(file, offset, &mut buf[..want])?;
+        Ok(&buf[..n])
+    }
+
+    /// Reads served bytes of an open file at `offset` into `out` (fewer
+    /// at the end of the file): returns how many.
+    pub fn read_into(&self, file: &OpenFile, offset: u64, out: &mut [u8]) -> io::Result<usize> {
+        let want = out.len().min(file.layout.len().saturating_sub(offset) as usize);
+        let out = &mut out[..want];
         let src = Sources { lib: self, file };
         file.layout.read_at(offset, out, &src).map_err(|e| {
             tracing::warn!("{}: read at {offset} failed: {e}", file.track.backing_path);
@@ -642,7 +650,7 @@ impl Library {
         // are never returned. (A file replaced by rename keeps serving the
         // old inode, which is still consistent.)
         check_stamps(&file.track, &file.backing, Log::Yes)?;
-        Ok(out)
+        Ok(want)
     }
 }
 

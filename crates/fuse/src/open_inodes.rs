@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use fuser::{BackingId, FopenFlags};
+use fuser::FopenFlags;
+
+use crate::backing::Backing;
 
 /// Open handles per inode.
 #[derive(Default)]
@@ -22,7 +24,7 @@ struct InodeState {
     /// Handles the kernel reads from the backing file itself. The kernel
     /// wants one backing file per inode while any of them is open, and no
     /// handle served through the page cache beside them.
-    passthrough: Option<(Arc<BackingId>, usize)>,
+    passthrough: Option<(Arc<Backing>, usize)>,
 }
 
 impl InodeState {
@@ -81,8 +83,8 @@ impl OpenInodes {
     pub(crate) fn open_passthrough(
         &self,
         ino: u64,
-        register: impl FnOnce() -> std::io::Result<BackingId>,
-    ) -> std::io::Result<Option<Arc<BackingId>>> {
+        register: impl FnOnce() -> std::io::Result<Backing>,
+    ) -> std::io::Result<Option<Arc<Backing>>> {
         self.with(ino, |state| {
             if !state.open.is_empty() {
                 return Ok(None);

@@ -1,0 +1,289 @@
+//! The answers to kernel requests, as plain values: both ways requests
+//! arrive (reads of `/dev/fuse` through fuser, and FUSE over io_uring)
+//! encode these. Names, attributes and bytes all come from [`Library`].
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{Errno, FileAttr, FileType, FopenFlags, INodeNo};
+use retagfs_core::tree::{Entry, Node, Tree};
+use retagfs_core::{Library, OpenFile};
+
+use crate::backing::Backing;
+use crate::open_inodes::OpenInodes;
+use crate::Ownership;
+
+/// How long the kernel may cache entries and attributes. Long, because a
+/// refresh tells the kernel what to forget as soon as the store changes.
+pub(crate) const TTL: Duration = Duration::from_secs(60);
+/// Preferred I/O size reported in `stat`.
+pub(crate) const BLOCK_SIZE: u32 = 128 * 1024;
+
+/// The state of a mount shared by every thread answering requests.
+pub(crate) struct Server {
+    pub(crate) lib: Arc<Library>,
+    /// Open files; the `Arc` lets a read go on while the handle's entry is
+    /// looked up or released by another thread.
+    handles: Mutex<HashMap<u64, Handle>>,
+    open_inodes: OpenInodes,
+    /// Whether the kernel reads whole-backing files itself (FUSE
+    /// passthrough): asked for at init, turned off at the first refusal.
+    pub(crate) passthrough: AtomicBool,
+    /// The kernel sends no opendir/releasedir (listings are cached anyway).
+    pub(crate) no_opendir: AtomicBool,
+    /// The kernel agreed to send requests through io_uring.
+    pub(crate) uring: AtomicBool,
+    next_handle: AtomicU64,
+    ownership: Ownership,
+    mounted_at: SystemTime,
+    /// The session's `/dev/fuse`, set once mounted: backing files are
+    /// registered on it.
+    pub(crate) dev: OnceLock<Arc<OwnedFd>>,
+}
+
+/// An open file handle.
+struct Handle {
+    file: Arc<OpenFile>,
+    /// The kernel reads the backing file itself.
+    passthrough: bool,
+}
+
+/// The answer to an open.
+pub(crate) struct Opened {
+    pub(crate) fh: u64,
+    pub(crate) flags: FopenFlags,
+    /// Set when the kernel reads this handle from the backing file itself.
+    pub(crate) backing: Option<Arc<Backing>>,
+}
+
+pub(crate) fn errno_of(e: &io::Error) -> Errno {
+    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+fn time_of(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH
+    }
+}
+
+impl Server {
+    pub(crate) fn new(lib: Arc<Library>, passthrough: bool, ownership: Ownership) -> Server {
+        Server {
+            lib,
+            handles: Mutex::default(),
+            open_inodes: OpenInodes::default(),
+            passthrough: AtomicBool::new(passthrough),
+            no_opendir: AtomicBool::new(false),
+            uring: AtomicBool::new(false),
+            next_handle: AtomicU64::new(1),
+            ownership,
+            mounted_at: SystemTime::now(),
+            dev: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn attr(&self, tree: &Tree, ino: u64, node: &Node) -> FileAttr {
+        let own = &self.ownership;
+        let (kind, size, perm, nlink, mtime) = match &node.entry {
+            Entry::Dir { .. } => {
+                let changed = tree.listing_changed_at(ino).unwrap_or(self.mounted_at);
+                (FileType::Directory, 0, own.dir_mode, 2, changed)
+            }
+            Entry::File(f) => (
+                FileType::RegularFile,
+                f.size,
+                own.file_mode,
+                1,
+                time_of(f.mtime_ns),
+            ),
+        };
+        FileAttr {
+            ino: INodeNo(ino),
+            size,
+            blocks: size.div_ceil(512),
+            atime: mtime,
+            mtime,
+            ctime: mtime,
+            crtime: mtime,
+            kind,
+            perm,
+            nlink,
+            uid: own.uid,
+            gid: own.gid,
+            rdev: 0,
+            flags: 0,
+            blksize: BLOCK_SIZE,
+        }
+    }
+
+    /// The attributes of `name` in directory `parent`.
+    pub(crate) fn lookup(&self, parent: u64, name: &[u8]) -> Result<FileAttr, Errno> {
+        let tree = self.lib.tree();
+        std::str::from_utf8(name)
+            .ok()
+            .and_then(|n| tree.child(parent, n))
+            .and_then(|ino| tree.get(ino).map(|node| self.attr(&tree, ino, node)))
+            .ok_or(Errno::ENOENT)
+    }
+
+    pub(crate) fn getattr(&self, ino: u64) -> Result<FileAttr, Errno> {
+        let tree = self.lib.tree();
+        tree.get(ino)
+            .map(|node| self.attr(&tree, ino, node))
+            .ok_or(Errno::ENOENT)
+    }
+
+    /// Opens a file for reading (`flags` as given to open(2)); call
+    /// [`Server::after_open`] once the answer is out.
+    pub(crate) fn open(&self, ino: u64, flags: i32) -> Result<Opened, Errno> {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY {
+            return Err(Errno::EROFS);
+        }
+        let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        let file = self.lib.open(ino).map_err(|e| errno_of(&e))?;
+        // Nothing is ever written, so there is nothing to flush.
+        let flags = FopenFlags::FOPEN_NOFLUSH;
+        if let Some(backing) = self.open_passthrough(ino, &file) {
+            self.keep_handle(fh, file, true);
+            return Ok(Opened {
+                fh,
+                flags: flags | FopenFlags::FOPEN_PASSTHROUGH,
+                backing: Some(backing),
+            });
+        }
+        let flags = flags | self.open_inodes.opened(ino, file.track.content_version);
+        self.keep_handle(fh, file, false);
+        Ok(Opened {
+            fh,
+            flags,
+            backing: None,
+        })
+    }
+
+    /// The answer to an open is out: while the client reads, this thread
+    /// prepares the files it will likely open next.
+    pub(crate) fn after_open(&self, ino: u64, opened: &Opened) {
+        if opened.backing.is_none() {
+            self.lib.warm_siblings(ino);
+        }
+    }
+
+    fn keep_handle(&self, fh: u64, file: OpenFile, passthrough: bool) {
+        let handle = Handle {
+            file: Arc::new(file),
+            passthrough,
+        };
+        self.handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(fh, handle);
+    }
+
+    /// A backing file registered with the kernel when it can read this
+    /// file itself. The first refusal (no CAP_SYS_ADMIN, a backing file
+    /// system that cannot be stacked on) turns passthrough off for the mount.
+    fn open_passthrough(&self, ino: u64, file: &OpenFile) -> Option<Arc<Backing>> {
+        if !self.passthrough.load(Ordering::Relaxed) {
+            return None;
+        }
+        let backing = file.whole_backing_file()?;
+        let dev = self.dev.get()?;
+        match self
+            .open_inodes
+            .open_passthrough(ino, || Backing::register(dev, backing))
+        {
+            Ok(id) => id,
+            Err(e) => {
+                if self.passthrough.swap(false, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "kernel passthrough refused ({e}): {} and other files are read through the daemon",
+                        file.track.backing_path
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// Reads up to `out.len()` served bytes at `offset` of handle `fh`:
+    /// the number of bytes read.
+    pub(crate) fn read(&self, fh: u64, offset: u64, out: &mut [u8]) -> Result<usize, Errno> {
+        let file = self
+            .handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&fh)
+            .map(|h| h.file.clone())
+            .ok_or(Errno::EBADF)?;
+        self.lib.read_into(&file, offset, out).map_err(|e| errno_of(&e))
+    }
+
+    pub(crate) fn release(&self, ino: u64, fh: u64) {
+        let handle = self.handles.lock().unwrap_or_else(|e| e.into_inner()).remove(&fh);
+        match handle {
+            Some(h) if h.passthrough => self.open_inodes.released_passthrough(ino),
+            Some(h) => self.open_inodes.released(ino, h.file.track.content_version),
+            None => {}
+        }
+    }
+
+    /// Flags for an open directory; ENOSYS when the kernel was told it
+    /// need not open directories (it then stops asking).
+    pub(crate) fn opendir(&self, ino: u64) -> Result<FopenFlags, Errno> {
+        if self.no_opendir.load(Ordering::Relaxed) {
+            return Err(Errno::ENOSYS);
+        }
+        match self.lib.tree().get(ino).map(|n| &n.entry) {
+            // The kernel keeps listings until a refresh invalidates the
+            // directory's inode.
+            Some(Entry::Dir { .. }) => Ok(FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE),
+            Some(_) => Err(Errno::ENOTDIR),
+            None => Err(Errno::ENOENT),
+        }
+    }
+
+    /// The number of files served, for statfs.
+    pub(crate) fn file_count(&self) -> u64 {
+        self.lib.tree().file_count() as u64
+    }
+}
+
+/// Calls `add(child ino, child node, next offset, name)` for the entries
+/// of directory `ino` from `offset` on ("." and ".." first), until it
+/// returns true (reply buffer full).
+pub(crate) fn dir_entries(
+    tree: &Tree,
+    ino: u64,
+    offset: u64,
+    mut add: impl FnMut(u64, Option<&Node>, u64, &str) -> bool,
+) -> Result<(), Errno> {
+    let node = tree.get(ino).ok_or(Errno::ENOENT)?;
+    let Entry::Dir { children } = &node.entry else {
+        return Err(Errno::ENOTDIR);
+    };
+    let dots = [(ino, "."), (node.parent, "..")];
+    let entries = dots
+        .into_iter()
+        .chain(children.iter().map(|(name, &child)| (child, name.as_str())));
+    for (i, (child, name)) in entries.enumerate().skip(offset as usize) {
+        if add(child, tree.get(child), (i + 1) as u64, name) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The kind of a directory entry's node (a vanished node lists as a
+/// directory, as before: the lookup that follows answers ENOENT).
+pub(crate) fn kind_of(node: Option<&Node>) -> FileType {
+    match node.map(|n| &n.entry) {
+        Some(Entry::File(_)) => FileType::RegularFile,
+        _ => FileType::Directory,
+    }
+}

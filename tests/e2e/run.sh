@@ -1,0 +1,20 @@
+#!/bin/bash
+# Runs the end-to-end suite through both ways the kernel hands requests to
+# the daemon: /dev/fuse, and FUSE over io_uring where the kernel has it
+# (Linux 6.14+; switched by the fuse module parameter, restored after).
+set -euo pipefail
+param=/sys/module/fuse/parameters/enable_uring
+if [ -w "$param" ]; then
+  old=$(cat "$param")
+  trap 'echo "$old" > "$param"' EXIT
+  echo "== end-to-end tests, requests through /dev/fuse"
+  echo N > "$param"
+  python3 -m pytest -ra tests/e2e "$@"
+  echo "== end-to-end tests, requests through io_uring"
+  echo Y > "$param"
+  python3 -m pytest -ra tests/e2e "$@"
+else
+  echo "NOTE: $param is missing or not writable (kernel before 6.14, or not root):"
+  echo "NOTE: the end-to-end tests run through /dev/fuse only, not through io_uring."
+  python3 -m pytest -ra tests/e2e "$@"
+fi
