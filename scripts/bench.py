@@ -19,6 +19,7 @@ Needs root for drop_caches (cold rows are skipped otherwise, and say so).
 """
 
 import argparse
+import atexit
 import os
 import random
 import shutil
@@ -27,6 +28,8 @@ import struct
 import subprocess
 import sys
 import tempfile
+
+URING_PARAM = "/sys/module/fuse/parameters/enable_uring"
 import threading
 import time
 
@@ -200,11 +203,17 @@ def scan(lib, db):
     return elapsed, usage.ru_maxrss / 1024
 
 
+# How mounts take requests: "on" (FUSE over io_uring, where the kernel has
+# it) or "off" (/dev/fuse); set by --io-uring.
+IO_URING = ["--io-uring", "off"]
+
+
 class Mount:
-    def __init__(self, db, mnt, *extra):
+    def __init__(self, db, mnt, *extra, io_uring=None):
         os.makedirs(mnt, exist_ok=True)
         self.mnt = mnt
-        self.proc = subprocess.Popen([BIN, "mount", mnt, "--db", db, *extra],
+        transport = ["--io-uring", io_uring] if io_uring else IO_URING
+        self.proc = subprocess.Popen([BIN, "mount", mnt, "--db", db, *transport, *extra],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def wait_ls(self):
@@ -329,6 +338,18 @@ def bench_tree(work, lib, db, runs, label=""):
     row("mount", f"mount to end of first `ls` of the root{label}", (statistics.median(times), min(times), max(times)))
     row("walk", f"find -type f, fresh mount{label}", (statistics.median(walk_first), min(walk_first), max(walk_first)),
         direct_find)
+    if IO_URING[1] == "on":
+        # The same through /dev/fuse, to show what io_uring changes.
+        dev_first = []
+        for _ in range(runs):
+            m = Mount(db, mnt, io_uring="off")
+            m.wait_ls()
+            t0 = time.perf_counter()
+            find(mnt)
+            dev_first.append(time.perf_counter() - t0)
+            m.stop()
+        row("walk", f"find -type f, fresh mount, through /dev/fuse{label}",
+            (statistics.median(dev_first), min(dev_first), max(dev_first)), direct_find)
     m = Mount(db, mnt)
     m.wait_ls()
     find(mnt)
@@ -506,11 +527,22 @@ def main():
     ap.add_argument("--scale", type=int, default=100000,
                     help="also scan, walk, stat and refresh a library this large (0: skip)")
     ap.add_argument("--only", default="scan,tree,read,slow,refresh")
+    ap.add_argument("--io-uring", choices=["on", "off"], default="on" if os.path.exists(URING_PARAM) else "off",
+                    help="mount with FUSE over io_uring (default where the kernel has it; as root the fuse module "
+                         "parameter is turned on for the run and restored after)")
     a = ap.parse_args()
+    IO_URING[1] = a.io_uring
+    old_param = None
+    if a.io_uring == "on":
+        with open(URING_PARAM) as f:
+            old_param = f.read().strip()
+        atexit.register(lambda: open(URING_PARAM, "w").write(old_param))
     work = a.work or tempfile.mkdtemp(prefix="retagfs-bench-")
     os.makedirs(work, exist_ok=True)
     only = set(a.only.split(","))
-    print(f"retagfs benchmark suite: {a.tracks} tracks, {a.runs} runs per figure (median (min-max)), work dir {work}")
+    transport = "FUSE over io_uring" if a.io_uring == "on" else "/dev/fuse"
+    print(f"retagfs benchmark suite: {a.tracks} tracks, {a.runs} runs per figure (median (min-max)), "
+          f"requests through {transport}, work dir {work}")
     print(f"{'area':8s} {'work':52s} {'retagfs':>28s} {'direct':>28s} {'ratio':>8s}")
     if only & {"scan", "tree"}:
         lib, db = bench_scan(work, a.tracks, a.runs)
