@@ -24,7 +24,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{Errno, FileAttr, FileType};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use crate::server::{dir_entries, kind_of, Server, BLOCK_SIZE, TTL};
+use crate::server::{dir_entries, kind_of, Opened, Server, BLOCK_SIZE, TTL};
 
 /// The largest request or answer payload: reads and readahead of 1 MiB
 /// (the kernel's default page limit per request), and the mount's
@@ -67,8 +67,9 @@ type Ring = IoUring<squeue::Entry128, cqueue::Entry>;
 /// `kernel.io_uring_disabled` or a seccomp filter): asked before telling
 /// the kernel we speak io_uring, because once told, the kernel holds every
 /// request until all queues are registered.
+/// The queue count must be known exactly for the same reason.
 pub(crate) fn usable() -> bool {
-    Ring::builder().build(2).is_ok()
+    possible_cpus().is_some() && Ring::builder().build(2).is_ok()
 }
 
 /// The ring threads of a mount.
@@ -81,7 +82,8 @@ impl Rings {
     /// Starts `threads` threads in all (at least one per queue), each
     /// pinned to its queue's CPU.
     pub(crate) fn start(server: Arc<Server>, dev: Arc<OwnedFd>, threads: usize) -> io::Result<Rings> {
-        let queues = possible_cpus();
+        let queues =
+            possible_cpus().ok_or_else(|| io::Error::other("no /sys/devices/system/cpu/possible"))?;
         let per_queue = (threads / queues).max(1);
         let stop = Arc::new(AtomicBool::new(false));
         let mut handles = Vec::with_capacity(queues * per_queue);
@@ -110,12 +112,12 @@ impl Rings {
     }
 }
 
-/// The number of CPU queues the kernel makes: one per possible CPU.
-fn possible_cpus() -> usize {
+/// The number of CPU queues the kernel makes: one per possible CPU (not
+/// the CPUs this process may use: every queue must be served).
+fn possible_cpus() -> Option<usize> {
     std::fs::read_to_string("/sys/devices/system/cpu/possible")
         .ok()
         .and_then(|s| parse_cpu_list_end(&s))
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// One past the highest CPU of a kernel CPU list ("0-3,8-11" -> 12).
@@ -225,7 +227,7 @@ fn serve_queue(server: &Server, dev: &OwnedFd, qid: u16, stop: &AtomicBool) {
         // function returns, after the ring (dropped first) is closed.
         unsafe { ring.submission().push(&sqe) }.expect("a fresh ring has room");
     }
-    let mut open_after: Vec<(u64, crate::server::Opened)> = Vec::new();
+    let mut open_after: Vec<(u64, Opened)> = Vec::new();
     let timeout = types::Timespec::from(IDLE_CHECK);
     let args = types::SubmitArgs::new().timespec(&timeout);
     let mut live = entries.len();
@@ -257,7 +259,7 @@ fn serve_queue(server: &Server, dev: &OwnedFd, qid: u16, stop: &AtomicBool) {
                 continue;
             }
             let entry = &mut entries[i];
-            let (commit_id, opened) = answer(server, entry);
+            let (commit_id, opened) = answer_or_eio(server, entry);
             open_after.extend(opened);
             let sqe = command(dev, CMD_COMMIT_AND_FETCH, qid, commit_id, entry, i);
             // SAFETY: as for the registration above.
@@ -292,9 +294,24 @@ fn refuse_ring(dev: &OwnedFd, qid: u16) {
     let _ = ring.submit_and_wait(1);
 }
 
+/// [`answer`], and EIO with a log line should it panic: a request left
+/// unanswered would hang its caller.
+fn answer_or_eio(server: &Server, entry: &mut Entry) -> (u64, Option<(u64, Opened)>) {
+    let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| answer(server, entry)));
+    answered.unwrap_or_else(|_| {
+        tracing::error!(
+            "io_uring: answering opcode {} panicked; answered EIO",
+            entry.u32_at(4)
+        );
+        let (unique, commit_id) = (entry.u64_at(8), entry.u64_at(ENT_IN_OUT + 8));
+        write_out_header(entry, unique, Err(Errno::EIO));
+        (commit_id, None)
+    })
+}
+
 /// Answers the request in `entry` in place: returns its commit id, and an
 /// open to follow up once the answer is out.
-fn answer(server: &Server, entry: &mut Entry) -> (u64, Option<(u64, crate::server::Opened)>) {
+fn answer(server: &Server, entry: &mut Entry) -> (u64, Option<(u64, Opened)>) {
     let opcode = entry.u32_at(4);
     let unique = entry.u64_at(8);
     let nodeid = entry.u64_at(16);
@@ -354,7 +371,12 @@ fn answer(server: &Server, entry: &mut Entry) -> (u64, Option<(u64, crate::serve
         }
         .map(|()| out.len)
     };
-    // struct fuse_out_header: len, error, unique; then the payload size.
+    write_out_header(entry, unique, result);
+    (commit_id, follow_up)
+}
+
+/// `struct fuse_out_header` (len, error, unique), then the payload size.
+fn write_out_header(entry: &mut Entry, unique: u64, result: Result<usize, Errno>) {
     let (error, len) = match result {
         Ok(len) => (0i32, len),
         Err(e) => (-e.code(), 0),
@@ -363,7 +385,6 @@ fn answer(server: &Server, entry: &mut Entry) -> (u64, Option<(u64, crate::serve
     entry.header[4..8].copy_from_slice(&error.to_ne_bytes());
     entry.header[8..16].copy_from_slice(&unique.to_ne_bytes());
     entry.header[ENT_IN_OUT + 16..ENT_IN_OUT + 20].copy_from_slice(&(len as u32).to_ne_bytes());
-    (commit_id, follow_up)
 }
 
 fn u32_in(b: &[u8], at: usize) -> u32 {
