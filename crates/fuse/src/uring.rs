@@ -208,6 +208,9 @@ fn set_sqe_len(sqe: &mut squeue::Entry128, len: u32) {
 /// Serves queue `qid` until the connection ends.
 fn serve_queue(server: &Server, dev: &OwnedFd, qid: u16, stop: &AtomicBool) {
     pin_to_cpu(qid as usize);
+    // Declared before the ring, so the ring (and the kernel's hold on the
+    // buffers) goes first when the thread ends.
+    let mut entries: Vec<Entry> = (0..ENTRIES_PER_THREAD).map(|_| Entry::new()).collect();
     let mut ring = match Ring::builder()
         .setup_single_issuer()
         .setup_coop_taskrun()
@@ -220,11 +223,10 @@ fn serve_queue(server: &Server, dev: &OwnedFd, qid: u16, stop: &AtomicBool) {
             return;
         }
     };
-    let mut entries: Vec<Entry> = (0..ENTRIES_PER_THREAD).map(|_| Entry::new()).collect();
     for (i, entry) in entries.iter().enumerate() {
         let sqe = command(dev, CMD_REGISTER, qid, 0, entry, i);
-        // SAFETY: the entry's buffers live in `entries` until this
-        // function returns, after the ring (dropped first) is closed.
+        // SAFETY: the entry's buffers live in `entries`, which outlives
+        // the ring.
         unsafe { ring.submission().push(&sqe) }.expect("a fresh ring has room");
     }
     let mut open_after: Vec<(u64, Opened)> = Vec::new();
@@ -280,11 +282,11 @@ fn serve_queue(server: &Server, dev: &OwnedFd, qid: u16, stop: &AtomicBool) {
 /// registration does that), so requests flow through `/dev/fuse` instead
 /// of waiting for queues that will never register.
 fn refuse_ring(dev: &OwnedFd, qid: u16) {
+    let entry = Entry::new();
     let Ok(mut ring) = Ring::builder().build(2) else {
         tracing::error!("io_uring queue {qid}: cannot fall back either; the mount will not answer");
         return;
     };
-    let entry = Entry::new();
     let mut sqe = command(dev, CMD_REGISTER, qid, 0, &entry, 0);
     set_sqe_len(&mut sqe, 0);
     // SAFETY: `entry` outlives the submission, which is waited for.
