@@ -100,9 +100,9 @@ impl Mount {
         let server = Arc::new(Server::new(
             lib.clone(),
             config.kernel_passthrough,
+            config.io_uring,
             config.ownership,
         ));
-        server.uring.store(config.io_uring, Ordering::Relaxed);
         // Mounting includes the kernel's init: what it agreed to is known.
         let session = Session::new(DevFuse(server.clone()), mountpoint, &options)?;
         let dev = Arc::new(session.as_fd().try_clone_to_owned()?);

@@ -73,14 +73,16 @@ fn time_of(ns: i64) -> SystemTime {
 }
 
 impl Server {
-    pub(crate) fn new(lib: Arc<Library>, passthrough: bool, ownership: Ownership) -> Server {
+    /// `passthrough` and `uring` are what to ask the kernel for at init;
+    /// they then say what it agreed to.
+    pub(crate) fn new(lib: Arc<Library>, passthrough: bool, uring: bool, ownership: Ownership) -> Server {
         Server {
             lib,
             handles: Mutex::default(),
             open_inodes: OpenInodes::default(),
             passthrough: AtomicBool::new(passthrough),
             no_opendir: AtomicBool::new(false),
-            uring: AtomicBool::new(false),
+            uring: AtomicBool::new(uring),
             next_handle: AtomicU64::new(1),
             ownership,
             mounted_at: SystemTime::now(),

@@ -229,6 +229,7 @@ fn serve_queue(server: &Server, dev: &OwnedFd, qid: u16, stop: &AtomicBool) {
         // the ring.
         unsafe { ring.submission().push(&sqe) }.expect("a fresh ring has room");
     }
+    let mut done: Vec<(usize, i32)> = Vec::with_capacity(ENTRIES_PER_THREAD);
     let mut open_after: Vec<(u64, Opened)> = Vec::new();
     let timeout = types::Timespec::from(IDLE_CHECK);
     let args = types::SubmitArgs::new().timespec(&timeout);
@@ -242,14 +243,12 @@ fn serve_queue(server: &Server, dev: &OwnedFd, qid: u16, stop: &AtomicBool) {
                 return;
             }
         }
-        let done: Vec<(usize, i32)> = ring
-            .completion()
-            .map(|c| (c.user_data() as usize, c.result()))
-            .collect();
+        done.clear();
+        done.extend(ring.completion().map(|c| (c.user_data() as usize, c.result())));
         if done.is_empty() && stop.load(Ordering::Relaxed) {
             return;
         }
-        for (i, result) in done {
+        for &(i, result) in &done {
             if result < 0 {
                 live -= 1;
                 let e = io::Error::from_raw_os_error(-result);
