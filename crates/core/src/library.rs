@@ -512,24 +512,27 @@ impl Library {
         })
     }
 
+    /// Whether the files after `ino` in its directory are yet to be warmed
+    /// ([`Library::warm_siblings`]): true once per directory until the
+    /// cache is cleared, so that repeated opens cost a set lookup, not a
+    /// wake-up of the thread that warms.
+    pub fn claim_warming(&self, ino: u64) -> bool {
+        let Some(dir) = self.tree().get(ino).map(|n| n.parent) else {
+            return false;
+        };
+        let mut warmed = self.warmed.lock().unwrap_or_else(|e| e.into_inner());
+        if warmed.len() >= WARMED_DIRS_KEPT {
+            warmed.clear();
+        }
+        warmed.insert(dir)
+    }
+
     /// Resolves the files listed after `ino` in its directory into the
     /// open cache, so that the opens that usually follow (a player's album,
     /// a tagger's folder) need neither the store nor synthesis. Meant to run
-    /// after an open was answered; each directory is warmed once until the
-    /// cache is cleared. Failures are left for the files' own opens.
+    /// in the background after an open, when [`Library::claim_warming`]
+    /// says so. Failures are left for the files' own opens.
     pub fn warm_siblings(&self, ino: u64) {
-        let Some(dir) = self.tree().get(ino).map(|n| n.parent) else {
-            return;
-        };
-        {
-            let mut warmed = self.warmed.lock().unwrap_or_else(|e| e.into_inner());
-            if warmed.len() >= WARMED_DIRS_KEPT {
-                warmed.clear();
-            }
-            if !warmed.insert(dir) {
-                return;
-            }
-        }
         let files = self.tree().files_after(ino, WARM_SIBLINGS);
         for f in files {
             if self.opened.get(f.track_id, f.content_version).is_none() {

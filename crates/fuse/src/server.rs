@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, SyncSender};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -43,6 +44,69 @@ pub(crate) struct Server {
     /// The session's `/dev/fuse`, set once mounted: backing files are
     /// registered on it.
     pub(crate) dev: OnceLock<Arc<OwnedFd>>,
+    warmer: Warmer,
+}
+
+/// Prepares the files likely opened next (see [`Library::warm_siblings`])
+/// on a thread of its own at idle I/O priority: a thread answering
+/// requests never waits for it (with io_uring, its queue entry would take
+/// new requests it could not answer), and on a cold disk its reads yield
+/// to the ones clients wait for.
+struct Warmer {
+    lib: Arc<Library>,
+    queue: Option<SyncSender<u64>>,
+}
+
+/// Opens waiting to be followed up; more are dropped (their directories
+/// are warmed by a later open, or not at all).
+const WARM_QUEUE: usize = 64;
+
+impl Warmer {
+    fn start(lib: Arc<Library>) -> Warmer {
+        let warming = lib.clone();
+        let (queue, opened) = mpsc::sync_channel::<u64>(WARM_QUEUE);
+        let started = std::thread::Builder::new().name("warm".into()).spawn(move || {
+            lower_io_priority();
+            for ino in opened {
+                warming.warm_siblings(ino);
+            }
+        });
+        match started {
+            Ok(_) => Warmer {
+                lib,
+                queue: Some(queue),
+            },
+            Err(e) => {
+                tracing::warn!("cannot start the thread that prepares files before they are opened: {e}");
+                Warmer { lib, queue: None }
+            }
+        }
+    }
+
+    /// Queues the siblings of `ino` for warming, never waiting.
+    fn after_open(&self, ino: u64) {
+        if let Some(queue) = &self.queue {
+            if self.lib.claim_warming(ino) {
+                let _ = queue.try_send(ino);
+            }
+        }
+    }
+}
+
+/// Puts the calling thread in the idle I/O class (best effort).
+fn lower_io_priority() {
+    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+    const IOPRIO_CLASS_IDLE: libc::c_long = 3;
+    const IOPRIO_CLASS_SHIFT: u32 = 13;
+    // SAFETY: ioprio_set takes three integers; `who` 0 is this thread.
+    unsafe {
+        libc::syscall(
+            libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            0 as libc::c_long,
+            IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT,
+        );
+    }
 }
 
 /// An open file handle.
@@ -77,6 +141,7 @@ impl Server {
     /// they then say what it agreed to.
     pub(crate) fn new(lib: Arc<Library>, passthrough: bool, uring: bool, ownership: Ownership) -> Server {
         Server {
+            warmer: Warmer::start(lib.clone()),
             lib,
             handles: Mutex::default(),
             open_inodes: OpenInodes::default(),
@@ -141,8 +206,8 @@ impl Server {
             .ok_or(Errno::ENOENT)
     }
 
-    /// Opens a file for reading (`flags` as given to open(2)); call
-    /// [`Server::after_open`] once the answer is out.
+    /// Opens a file for reading (`flags` as given to open(2)); the files
+    /// after it in its directory are then prepared in the background.
     pub(crate) fn open(&self, ino: u64, flags: i32) -> Result<Opened, Errno> {
         if flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(Errno::EROFS);
@@ -161,19 +226,12 @@ impl Server {
         }
         let flags = flags | self.open_inodes.opened(ino, file.track.content_version);
         self.keep_handle(fh, file, false);
+        self.warmer.after_open(ino);
         Ok(Opened {
             fh,
             flags,
             backing: None,
         })
-    }
-
-    /// The answer to an open is out: while the client reads, this thread
-    /// prepares the files it will likely open next.
-    pub(crate) fn after_open(&self, ino: u64, opened: &Opened) {
-        if opened.backing.is_none() {
-            self.lib.warm_siblings(ino);
-        }
     }
 
     fn keep_handle(&self, fh: u64, file: OpenFile, passthrough: bool) {

@@ -24,7 +24,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{Errno, FileAttr, FileType};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use crate::server::{dir_entries, kind_of, Opened, Server, BLOCK_SIZE, TTL};
+use crate::server::{dir_entries, kind_of, Server, BLOCK_SIZE, TTL};
 
 /// The largest request or answer payload: reads and readahead of 1 MiB
 /// (the kernel's default page limit per request), and the mount's
@@ -230,7 +230,6 @@ fn serve_queue(server: &Server, dev: &OwnedFd, qid: u16, stop: &AtomicBool) {
         unsafe { ring.submission().push(&sqe) }.expect("a fresh ring has room");
     }
     let mut done: Vec<(usize, i32)> = Vec::with_capacity(ENTRIES_PER_THREAD);
-    let mut open_after: Vec<(u64, Opened)> = Vec::new();
     let timeout = types::Timespec::from(IDLE_CHECK);
     let args = types::SubmitArgs::new().timespec(&timeout);
     let mut live = entries.len();
@@ -260,19 +259,10 @@ fn serve_queue(server: &Server, dev: &OwnedFd, qid: u16, stop: &AtomicBool) {
                 continue;
             }
             let entry = &mut entries[i];
-            let (commit_id, opened) = answer_or_eio(server, entry);
-            open_after.extend(opened);
+            let commit_id = answer_or_eio(server, entry);
             let sqe = command(dev, CMD_COMMIT_AND_FETCH, qid, commit_id, entry, i);
             // SAFETY: as for the registration above.
             unsafe { ring.submission().push(&sqe) }.expect("one command per entry fits");
-        }
-        if !open_after.is_empty() {
-            // The answers go out first; then the files likely opened next
-            // are prepared while their callers read.
-            let _ = ring.submit();
-            for (ino, opened) in open_after.drain(..) {
-                server.after_open(ino, &opened);
-            }
         }
     }
 }
@@ -297,7 +287,7 @@ fn refuse_ring(dev: &OwnedFd, qid: u16) {
 
 /// [`answer`], and EIO with a log line should it panic: a request left
 /// unanswered would hang its caller.
-fn answer_or_eio(server: &Server, entry: &mut Entry) -> (u64, Option<(u64, Opened)>) {
+fn answer_or_eio(server: &Server, entry: &mut Entry) -> u64 {
     let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| answer(server, entry)));
     answered.unwrap_or_else(|_| {
         tracing::error!(
@@ -306,20 +296,18 @@ fn answer_or_eio(server: &Server, entry: &mut Entry) -> (u64, Option<(u64, Opene
         );
         let (unique, commit_id) = (entry.u64_at(8), entry.u64_at(ENT_IN_OUT + 8));
         write_out_header(entry, unique, Err(Errno::EIO));
-        (commit_id, None)
+        commit_id
     })
 }
 
-/// Answers the request in `entry` in place: returns its commit id, and an
-/// open to follow up once the answer is out.
-fn answer(server: &Server, entry: &mut Entry) -> (u64, Option<(u64, Opened)>) {
+/// Answers the request in `entry` in place: returns its commit id.
+fn answer(server: &Server, entry: &mut Entry) -> u64 {
     let opcode = entry.u32_at(4);
     let unique = entry.u64_at(8);
     let nodeid = entry.u64_at(16);
     let commit_id = entry.u64_at(ENT_IN_OUT + 8);
     let in_size = (entry.u32_at(ENT_IN_OUT + 16) as usize).min(PAYLOAD);
     let op_in: [u8; OP_IN] = entry.header[OP_IN..2 * OP_IN].try_into().unwrap();
-    let mut follow_up = None;
     let result = {
         let mut out = Out::new(&mut entry.payload);
         match opcode {
@@ -343,7 +331,6 @@ fn answer(server: &Server, entry: &mut Entry) -> (u64, Option<(u64, Opened)>) {
                 out.u64(opened.fh);
                 out.u32(opened.flags.bits());
                 out.u32(opened.backing.as_ref().map_or(0, |b| b.id()));
-                follow_up = Some((nodeid, opened));
             }),
             READ => {
                 let (fh, offset, size) = (u64_in(&op_in, 0), u64_in(&op_in, 8), u32_in(&op_in, 16));
@@ -354,7 +341,10 @@ fn answer(server: &Server, entry: &mut Entry) -> (u64, Option<(u64, Opened)>) {
                 server.release(nodeid, u64_in(&op_in, 0));
                 Ok(())
             }
-            FLUSH | RELEASEDIR => Ok(()),
+            // ENOSYS tells the kernel never to send FLUSH again, so
+            // close() stops waiting for a round trip (see `DevFuse::flush`).
+            FLUSH => Err(Errno::ENOSYS),
+            RELEASEDIR => Ok(()),
             OPENDIR => server.opendir(nodeid).map(|flags| {
                 out.u64(0);
                 out.u32(flags.bits());
@@ -373,7 +363,7 @@ fn answer(server: &Server, entry: &mut Entry) -> (u64, Option<(u64, Opened)>) {
         .map(|()| out.len)
     };
     write_out_header(entry, unique, result);
-    (commit_id, follow_up)
+    commit_id
 }
 
 /// `struct fuse_out_header` (len, error, unique), then the payload size.
