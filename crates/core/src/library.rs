@@ -727,11 +727,10 @@ impl SegmentSource for Sources<'_> {
         match &self.file.read_ahead {
             Some(ahead) => ahead.read_exact_at(buf, offset),
             None => {
-                self.file.backing.read_exact_at(buf, offset)?;
                 if let Some(hints) = &self.file.hints {
-                    hints.after_read(&self.file.backing, offset, buf.len());
+                    hints.before_read(&self.file.backing, offset, buf.len());
                 }
-                Ok(())
+                self.file.backing.read_exact_at(buf, offset)
             }
         }
     }
