@@ -152,10 +152,21 @@ fn dedup_pictures(pictures: Vec<ScannedPicture>) -> Vec<ScannedPicture> {
 fn fingerprint(src: &Source<'_>, offset: u64, len: u64) -> Result<[u8; 32], ProbeError> {
     let mut h = Sha256::new();
     h.update(len.to_le_bytes());
-    h.update(src.read_upto(offset, FINGERPRINT_SPAN.min(len))?);
-    let tail = FINGERPRINT_SPAN.min(len);
-    h.update(src.read_upto(offset + len - tail, tail)?);
+    let span = FINGERPRINT_SPAN.min(len);
+    hash_range(&mut h, src, offset, span)?;
+    hash_range(&mut h, src, offset + len - span, span)?;
     Ok(h.finalize().into())
+}
+
+/// Hashes `len` bytes at `offset` (fewer at the end of the file) through
+/// a buffer on the stack: a fresh zeroed heap buffer per file cost more
+/// than the hashing (the allocator zeroes large blocks by unmapping them).
+fn hash_range(h: &mut Sha256, src: &Source<'_>, offset: u64, len: u64) -> Result<(), ProbeError> {
+    let mut chunk = [0u8; FINGERPRINT_SPAN as usize];
+    let want = len.min(chunk.len() as u64) as usize;
+    let n = src.read_upto_into(offset, &mut chunk[..want])?;
+    h.update(&chunk[..n]);
+    Ok(())
 }
 
 fn worker(jobs: Receiver<Job>, results: Sender<Outcome>) {

@@ -83,6 +83,14 @@ impl<'a> Source<'a> {
         Ok(buf)
     }
 
+    /// Reads up to `buf.len()` bytes at `offset` into `buf` (fewer at the
+    /// end of the file): returns how many. For callers that reuse a buffer.
+    pub fn read_upto_into(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let n = (buf.len() as u64).min(self.size.saturating_sub(offset)) as usize;
+        self.fill(offset, &mut buf[..n])?;
+        Ok(n)
+    }
+
     fn fill(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let mut done = 0;
         while done < buf.len() {

@@ -569,7 +569,7 @@ pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i6
             id
         }
     };
-    insert_tags(tx, id, &t.tags)?;
+    insert_tags_of_tagless(tx, id, &t.tags)?;
     for (position, pic) in t.pictures.iter().enumerate() {
         let sha = insert_art(tx, &pic.art)?;
         tx.prepare_cached(
@@ -634,6 +634,21 @@ fn insert_structure(tx: &Transaction<'_>, id: i64, t: &ScannedTrack) -> Result<(
             part.offset as i64,
             part.length as i64
         ])?;
+    }
+    Ok(())
+}
+
+/// Inserts the tags of a track that has none, in the given order. The
+/// positions are counted here: with a subquery on the bound key (as in
+/// [`insert_tags`]) SQLite re-prepares the statement at every row.
+fn insert_tags_of_tagless(tx: &Transaction<'_>, id: i64, tags: &[(String, String)]) -> Result<()> {
+    let mut stmt =
+        tx.prepare_cached("INSERT INTO tags (track_id, key, position, value) VALUES (?1, ?2, ?3, ?4)")?;
+    let mut positions: HashMap<&str, i64> = HashMap::new();
+    for (key, value) in tags {
+        let position = positions.entry(key.as_str()).or_insert(0);
+        stmt.execute(params![id, key, *position, value])?;
+        *position += 1;
     }
     Ok(())
 }

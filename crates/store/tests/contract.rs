@@ -182,3 +182,34 @@ fn version_1_store_is_migrated_and_its_unstructured_tracks_pass_through() {
     assert_eq!(stamps["/m/a.wav"].1.mtime_ns, -1);
     assert_eq!(stamps["/m/b.mp3"].1.mtime_ns, 1);
 }
+
+#[test]
+fn scanned_values_of_a_key_keep_their_order_on_every_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut db = Store::open(&dir.path().join("s.db")).unwrap();
+    let positions = |db: &Store, id: i64| -> Vec<(String, i64, String)> {
+        let mut stmt = db
+            .conn()
+            .prepare("SELECT key, position, value FROM tags WHERE track_id = ?1 ORDER BY key, position")
+            .unwrap();
+        stmt.query_map([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let expected = vec![
+        ("artist".to_string(), 0, "A".to_string()),
+        ("artist".to_string(), 1, "B".to_string()),
+        ("title".to_string(), 0, "T".to_string()),
+    ];
+    let tx = db.write().unwrap();
+    let id = store::write_scanned(&tx, &track("/m/a.flac"), None).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(positions(&db, id), expected);
+
+    // A re-scan replaces the tags: the positions start over.
+    let tx = db.write().unwrap();
+    store::write_scanned(&tx, &track("/m/a.flac"), Some(id)).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(positions(&db, id), expected);
+}
