@@ -201,7 +201,7 @@ pub struct Refresh {
     pub invalidations: Invalidations,
 }
 
-/// Read-only store connections shared by the serving threads./// Read-only store connections shared by the serving threads.
+/// Read-only store connections shared by the serving threads.
 struct ConnectionPool {
     db: PathBuf,
     idle: Mutex<Vec<Store>>,
