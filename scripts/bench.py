@@ -362,6 +362,10 @@ def bench_tree(work, lib, db, runs, label=""):
         note=f"{statistics.median(rss) * 1024 * 1024 / max(1, len(all_files(lib))):.0f} B/track")
 
 
+# Runs of each warm (page-cached) read row, at least.
+WARM_RUNS = 15
+
+
 def bench_reads(work, runs):
     lib = make_large_files(work)
     db = os.path.join(work, "large.db")
@@ -392,10 +396,13 @@ def bench_reads(work, runs):
                     (statistics.median(c_direct), min(c_direct), max(c_direct)))
             read_seq(mine)
             read_seq(backing)
+            # Warm rows take a millisecond or less: more runs steady their
+            # medians against this machine's noise.
+            warm_runs = max(runs, WARM_RUNS)
             row("read", f"{mode} {ext[1:]:5s} sequential 1 MiB, repeated",
-                timed(lambda: read_seq(mine), runs), timed(lambda: read_seq(backing), runs))
+                timed(lambda: read_seq(mine), warm_runs), timed(lambda: read_seq(backing), warm_runs))
             row("read", f"{mode} {ext[1:]:5s} 2000 random 4 KiB reads",
-                timed(lambda: read_random(mine), runs), timed(lambda: read_random(backing), runs))
+                timed(lambda: read_random(mine), warm_runs), timed(lambda: read_random(backing), warm_runs))
         m.stop()
     if not can_drop:
         print("(cold rows skipped: cannot write /proc/sys/vm/drop_caches without root)")
