@@ -1,7 +1,8 @@
 #!/bin/bash
 # Runs the end-to-end suite through both ways the kernel hands requests to
-# the daemon: /dev/fuse, and FUSE over io_uring where the kernel has it
-# (Linux 6.14+; switched by the fuse module parameter, restored after).
+# the daemon: /dev/fuse (every mount told `--io-uring off` through
+# RETAGFS_IO_URING), and FUSE over io_uring where the kernel has it (Linux
+# 6.14+; the fuse module parameter is restored after).
 set -euo pipefail
 param=/sys/module/fuse/parameters/enable_uring
 if [ -w "$param" ]; then
@@ -9,7 +10,7 @@ if [ -w "$param" ]; then
   trap 'echo "$old" > "$param"' EXIT
   echo "== end-to-end tests, requests through /dev/fuse"
   echo N > "$param"
-  python3 -m pytest -ra tests/e2e "$@"
+  RETAGFS_IO_URING=off python3 -m pytest -ra tests/e2e "$@"
   echo "== end-to-end tests, requests through io_uring"
   echo Y > "$param"
   python3 -m pytest -ra tests/e2e "$@"

@@ -76,3 +76,18 @@ def test_io_uring_off_keeps_to_dev_fuse(store, mount, kernel_param):
     assert ring_threads(m.proc.pid) == []
     assert os.listdir(m.mnt)
     assert "requests through io_uring: off" in m.stop()
+
+
+def test_auto_turns_io_uring_on_as_root(store, mount, kernel_param):
+    if os.geteuid() != 0:
+        pytest.skip("SKIPPED LOUDLY: turning the fuse module parameter on needs root")
+    with open(PARAM, "w") as f:
+        f.write("N")
+    m = mount(store, "--io-uring", "auto", "-v")
+    with open(PARAM) as f:
+        assert f.read().strip() == "Y"
+    assert ring_threads(m.proc.pid), "auto did not take requests through io_uring"
+    assert os.listdir(m.mnt)
+    log = m.stop()
+    assert "turned on FUSE over io_uring" in log
+    assert "requests through io_uring: on" in log

@@ -151,11 +151,12 @@ pub struct MountArgs {
     pub read_ahead: ReadAheadArg,
     /// How the kernel hands requests over. FUSE over io_uring (Linux 6.14+)
     /// answers each request on the CPU that asked, several times faster
-    /// for walks and opens than /dev/fuse. `auto` uses it when the kernel
-    /// offers it (fuse module parameter enable_uring=Y); `on` also turns
-    /// that parameter on (root only; it lets FUSE servers ask for io_uring,
-    /// nothing else changes); `off` keeps to /dev/fuse.
-    #[arg(long, value_enum, default_value = "auto")]
+    /// for walks and opens than /dev/fuse. It needs the fuse module
+    /// parameter enable_uring=Y, which lets FUSE servers ask for io_uring
+    /// and changes nothing else. `auto` turns it on when run as root (and
+    /// says so) and otherwise uses io_uring only if it is already on; `on`
+    /// fails when io_uring cannot be had; `off` keeps to /dev/fuse.
+    #[arg(long, value_enum, default_value = "auto", env = "RETAGFS_IO_URING")]
     pub io_uring: IoUringArg,
     /// ID3v2 version of the tags served in MP3 files and WAV `id3 ` chunks:
     /// 4 (UTF-8, the default) or 3 (UTF-16, for players that cannot read v2.4).
@@ -268,9 +269,9 @@ pub enum ReadAheadArg {
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum IoUringArg {
-    /// When the kernel offers it.
+    /// When the kernel has it (turned on as root).
     Auto,
-    /// Turn the kernel's offer on first (root).
+    /// Always; fail if the kernel cannot offer it.
     On,
     /// Never.
     Off,

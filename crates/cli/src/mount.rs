@@ -15,23 +15,40 @@ use crate::UsageError;
 /// The fuse module parameter that lets FUSE servers ask for io_uring.
 const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 
-/// Whether to ask the kernel for io_uring; with `on`, first makes sure the
-/// kernel offers it.
+/// Whether to ask the kernel for io_uring. `auto` and `on` first make sure
+/// the kernel offers it (as root, by turning the module parameter on:
+/// it only lets FUSE servers ask for io_uring, and none does unless built
+/// to); `auto` falls back to /dev/fuse where that cannot be done, `on`
+/// fails and says why.
 fn io_uring_wanted(arg: IoUringArg) -> anyhow::Result<bool> {
-    match arg {
-        IoUringArg::Off => return Ok(false),
-        IoUringArg::Auto => return Ok(true),
-        IoUringArg::On => {}
+    if let IoUringArg::Off = arg {
+        return Ok(false);
     }
+    match offer_io_uring() {
+        Ok(true) => eprintln!(
+            "retagfs: turned on FUSE over io_uring in this kernel ({ENABLE_URING}=Y); \
+             mount with --io-uring off to leave it off"
+        ),
+        Ok(false) => {}
+        Err(e) if matches!(arg, IoUringArg::Auto) => {
+            tracing::info!("requests through /dev/fuse: {e:#}");
+        }
+        Err(e) => return Err(e.context("--io-uring on")),
+    }
+    Ok(true)
+}
+
+/// Makes the kernel offer FUSE over io_uring; true when this turned it on.
+fn offer_io_uring() -> anyhow::Result<bool> {
     let current = std::fs::read_to_string(ENABLE_URING).with_context(|| {
-        format!("--io-uring on: this kernel has no FUSE over io_uring ({ENABLE_URING} is missing; it needs Linux 6.14+); use --io-uring auto")
+        format!("this kernel has no FUSE over io_uring ({ENABLE_URING} is missing; it needs Linux 6.14+)")
     })?;
-    if current.trim() != "Y" {
-        std::fs::write(ENABLE_URING, "Y").with_context(|| {
-            format!("--io-uring on: turning on {ENABLE_URING} needs root; run as root, or have it set once with `echo Y | sudo tee {ENABLE_URING}`")
-        })?;
-        tracing::info!("turned on FUSE over io_uring ({ENABLE_URING}=Y)");
+    if current.trim() == "Y" {
+        return Ok(false);
     }
+    std::fs::write(ENABLE_URING, "Y").with_context(|| {
+        format!("turning on {ENABLE_URING} needs root; run as root, or have it set once with `echo Y | sudo tee {ENABLE_URING}`")
+    })?;
     Ok(true)
 }
 
