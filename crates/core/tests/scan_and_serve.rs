@@ -568,3 +568,32 @@ fn moved_file_with_a_new_header_is_served_from_its_new_structure() {
     let audio = &bytes[data_at..data_at + before.audio_length as usize];
     assert!(served.ends_with(audio));
 }
+
+#[test]
+fn a_directory_is_claimed_for_warming_once() {
+    let (_dir, db_path, db) = scanned();
+    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    let mut by_dir: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+    for t in db.tracks().unwrap() {
+        let ino = file_ino(t.id);
+        let parent = lib.tree().get(ino).unwrap().parent;
+        by_dir.entry(parent).or_default().push(ino);
+    }
+    let shared = by_dir
+        .values()
+        .find(|files| files.len() >= 2)
+        .expect("a directory of two files");
+    assert!(lib.claim_warming(shared[0]));
+    assert!(!lib.claim_warming(shared[1]), "the directory was claimed already");
+    assert!(!lib.claim_warming(shared[0]));
+    if let Some(other) = by_dir.values().find(|files| !files.contains(&shared[0])) {
+        assert!(
+            lib.claim_warming(other[0]),
+            "another directory is claimed on its own"
+        );
+    }
+    // Warming resolves the siblings: their opens then need no store.
+    lib.warm_siblings(shared[0]);
+    assert!(lib.open(shared[1]).is_ok());
+    assert!(!lib.claim_warming(u64::MAX), "an unknown inode is never claimed");
+}
