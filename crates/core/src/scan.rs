@@ -159,8 +159,8 @@ fn fingerprint(src: &Source<'_>, offset: u64, len: u64) -> Result<[u8; 32], Prob
 }
 
 /// Hashes `len` bytes at `offset` (fewer at the end of the file) through
-/// a buffer on the stack: a fresh zeroed heap buffer per file cost more
-/// than the hashing (the allocator zeroes large blocks by unmapping them).
+/// a buffer on the stack: a fresh zeroed heap buffer per file cost as much
+/// as the hashing (the allocator zeroes large blocks by unmapping them).
 fn hash_range(h: &mut Sha256, src: &Source<'_>, offset: u64, len: u64) -> Result<(), ProbeError> {
     let mut chunk = [0u8; FINGERPRINT_SPAN as usize];
     let want = len.min(chunk.len() as u64) as usize;

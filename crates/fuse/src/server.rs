@@ -53,42 +53,36 @@ pub(crate) struct Server {
 /// new requests it could not answer), and on a cold disk its reads yield
 /// to the ones clients wait for.
 struct Warmer {
-    lib: Arc<Library>,
     queue: Option<SyncSender<u64>>,
 }
 
 /// Opens waiting to be followed up; more are dropped (their directories
-/// are warmed by a later open, or not at all).
+/// go unwarmed until the library forgets its claims).
 const WARM_QUEUE: usize = 64;
 
 impl Warmer {
     fn start(lib: Arc<Library>) -> Warmer {
-        let warming = lib.clone();
         let (queue, opened) = mpsc::sync_channel::<u64>(WARM_QUEUE);
         let started = std::thread::Builder::new().name("warm".into()).spawn(move || {
             lower_io_priority();
             for ino in opened {
-                warming.warm_siblings(ino);
+                lib.warm_siblings(ino);
             }
         });
         match started {
-            Ok(_) => Warmer {
-                lib,
-                queue: Some(queue),
-            },
+            Ok(_) => Warmer { queue: Some(queue) },
             Err(e) => {
                 tracing::warn!("cannot start the thread that prepares files before they are opened: {e}");
-                Warmer { lib, queue: None }
+                Warmer { queue: None }
             }
         }
     }
 
-    /// Queues the siblings of `ino` for warming, never waiting.
-    fn after_open(&self, ino: u64) {
+    /// Queues the siblings of `ino` for warming, never waiting: call once
+    /// [`Library::claim_warming`] says so.
+    fn warm_after(&self, ino: u64) {
         if let Some(queue) = &self.queue {
-            if self.lib.claim_warming(ino) {
-                let _ = queue.try_send(ino);
-            }
+            let _ = queue.try_send(ino);
         }
     }
 }
@@ -226,7 +220,9 @@ impl Server {
         }
         let flags = flags | self.open_inodes.opened(ino, file.track.content_version);
         self.keep_handle(fh, file, false);
-        self.warmer.after_open(ino);
+        if self.lib.claim_warming(ino) {
+            self.warmer.warm_after(ino);
+        }
         Ok(Opened {
             fh,
             flags,
