@@ -18,7 +18,9 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 mount_view() {
   "$BIN" mount "$mnt" --db "$db" 2>"$work/mount.log" &
   pid=$!
-  for _ in $(seq 100); do mountpoint -q "$mnt" && return; sleep 0.05; done
+  # What the daemon said on starting (as root it may have turned on FUSE
+  # over io_uring in the kernel, and says so).
+  for _ in $(seq 100); do mountpoint -q "$mnt" && { cat "$work/mount.log"; return; }; sleep 0.05; done
   cat "$work/mount.log"; exit 1
 }
 
