@@ -644,6 +644,11 @@ impl Library {
     pub fn read_into(&self, file: &OpenFile, offset: u64, out: &mut [u8]) -> io::Result<usize> {
         let want = out.len().min(file.layout.len().saturating_sub(offset) as usize);
         let out = &mut out[..want];
+        if let Some(hints) = &file.hints {
+            if let Some(span) = file.layout.backing_span(offset, want as u64) {
+                hints.before_read(&file.backing, span.start, span.end - span.start);
+            }
+        }
         let src = Sources { lib: self, file };
         file.layout.read_at(offset, out, &src).map_err(|e| {
             tracing::warn!("{}: read at {offset} failed: {e}", file.track.backing_path);
@@ -726,12 +731,7 @@ impl SegmentSource for Sources<'_> {
     fn read_backing(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         match &self.file.read_ahead {
             Some(ahead) => ahead.read_exact_at(buf, offset),
-            None => {
-                if let Some(hints) = &self.file.hints {
-                    hints.before_read(&self.file.backing, offset, buf.len());
-                }
-                self.file.backing.read_exact_at(buf, offset)
-            }
+            None => self.file.backing.read_exact_at(buf, offset),
         }
     }
 

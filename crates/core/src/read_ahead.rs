@@ -62,27 +62,31 @@ struct HintState {
     next: u64,
     /// Bytes read in the current sequential run.
     run: u64,
+    /// Where the last hinted window starts.
+    window_start: u64,
     /// The end of the range already hinted.
     hinted_to: u64,
 }
 
-/// Most bytes hinted ahead of a sequential reader.
+/// Largest window hinted at once: at most two are ahead of a reader.
 const HINT_AHEAD: u64 = 4 << 20;
 
 impl KernelHints {
-    /// Notes a backing read of `len` bytes at `offset` about to be made;
-    /// hints the kernel when the reader is sequential and nears the end of
-    /// the last hint. The hint covers the read itself, so that on a cold
-    /// disk it and the bytes after it come in one large disk read rather
-    /// than a small synchronous one followed by the rest.
-    pub fn before_read(&self, file: &File, offset: u64, len: usize) {
+    /// Notes the backing bytes a request is about to read (`len` bytes at
+    /// `offset`, all its segments at once) and hints the kernel: the part
+    /// of the read not hinted yet, then, for a sequential reader, the window
+    /// after it. Two requests, not one: on a cold disk the small one for
+    /// the read itself comes back first, and a whole request's segments
+    /// come in one disk read rather than a small synchronous one per
+    /// segment.
+    pub fn before_read(&self, file: &File, offset: u64, len: u64) {
         use std::os::fd::AsRawFd;
-        let hint = self
+        let hints = self
             .state
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .next_hint(offset, len as u64);
-        if let Some((from, to)) = hint {
+            .next_hints(offset, len);
+        for (from, to) in hints.into_iter().flatten() {
             // SAFETY: advice only; the fd is open for the call's duration.
             unsafe {
                 libc::posix_fadvise(
@@ -97,24 +101,31 @@ impl KernelHints {
 }
 
 impl HintState {
-    /// The backing range to hint before a read, if any.
-    fn next_hint(&mut self, offset: u64, len: u64) -> Option<(u64, u64)> {
+    /// The backing ranges to hint before a read: the part of the read not
+    /// hinted yet, and the next window ahead. As the kernel's own
+    /// read-ahead does, the next window is asked for as soon as the reader
+    /// enters the last one, so the disk always has one window to work on
+    /// while the reader consumes the other (one window at a time left the
+    /// disk idle between them).
+    fn next_hints(&mut self, offset: u64, len: u64) -> [Option<(u64, u64)>; 2] {
         let end = offset + len;
         // Concurrent kernel requests arrive slightly out of order.
         if offset.abs_diff(self.next) > CHUNK {
-            self.run = 0;
-            self.hinted_to = 0;
+            *self = HintState::default();
         }
         self.next = end;
         self.run += len;
+        let now = (end > self.hinted_to).then(|| (self.hinted_to.max(offset), end));
+        self.hinted_to = self.hinted_to.max(end);
+        if end <= self.window_start && self.run > len {
+            return [now, None];
+        }
         // A large kernel request means the kernel already sees a stream.
         let ahead = (2 * self.run).max(8 * len).min(HINT_AHEAD);
-        if end + ahead / 2 <= self.hinted_to {
-            return None;
-        }
-        let from = self.hinted_to.max(offset);
-        self.hinted_to = end + ahead;
-        Some((from, self.hinted_to))
+        self.window_start = self.hinted_to;
+        let window = (self.hinted_to, self.hinted_to + ahead);
+        self.hinted_to = window.1;
+        [now, Some(window)]
     }
 }
 
@@ -316,30 +327,30 @@ mod tests {
     #[test]
     fn hints_grow_with_a_stream_and_stay_small_for_a_tagger() {
         let mut tagger = HintState::default();
-        let (from, to) = tagger.next_hint(0, 16 << 10).unwrap();
-        assert_eq!(from, 0);
+        let [now, ahead] = tagger.next_hints(0, 16 << 10);
+        assert_eq!(now, Some((0, 16 << 10)));
+        let (from, to) = ahead.unwrap();
+        assert_eq!(from, 16 << 10);
         assert!(
-            to - (16 << 10) <= 128 << 10,
+            to - from <= 128 << 10,
             "a 16 KiB read hints {} bytes past it",
-            to - (16 << 10)
+            to - from
         );
 
         let mut stream = HintState::default();
         let mut hinted = Vec::new();
         for i in 0..64u64 {
-            if let Some(range) = stream.next_hint(i << 17, 1 << 17) {
-                hinted.push(range);
-            }
+            hinted.extend(stream.next_hints(i << 17, 1 << 17).into_iter().flatten());
         }
-        // Contiguous, never re-hinted, and at most HINT_AHEAD past the reader.
+        // Contiguous, never re-hinted, and at most two windows past the reader.
         assert!(hinted.windows(2).all(|w| w[0].1 == w[1].0));
         let (reader, last) = (64 << 17, hinted.last().unwrap().1);
-        assert!(last > reader + HINT_AHEAD / 2 && last <= reader + HINT_AHEAD);
+        assert!(last > reader + HINT_AHEAD / 2 && last <= reader + 2 * HINT_AHEAD);
         assert!(hinted.len() < 32, "{} hints for 64 reads", hinted.len());
 
         // A seek starts over.
-        let (from, _) = stream.next_hint(500 << 20, 4096).unwrap();
-        assert_eq!(from, 500 << 20);
+        let [now, _] = stream.next_hints(500 << 20, 4096);
+        assert_eq!(now, Some((500 << 20, (500 << 20) + 4096)));
     }
 
     #[test]

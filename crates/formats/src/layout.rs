@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::io;
+use std::ops::Range;
 use std::sync::Arc;
 
 /// One piece of a served file.
@@ -25,6 +26,19 @@ pub trait Computed: Send + Sync {
     fn len(&self) -> u64;
     /// Fills `out` with the bytes at `pos` (`pos + out.len() <= len()`).
     fn read(&self, pos: u64, out: &mut [u8], src: &dyn SegmentSource) -> io::Result<()>;
+    /// The backing bytes a read of `len` bytes at `pos` touches, from the
+    /// first to the last; a read-ahead hint, so it need not be exact.
+    fn backing_span(&self, _pos: u64, _len: u64) -> Option<Range<u64>> {
+        None
+    }
+}
+
+/// The smallest range covering both (either may be absent).
+pub fn span_union(a: Option<Range<u64>>, b: Option<Range<u64>>) -> Option<Range<u64>> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.start.min(b.start)..a.end.max(b.end)),
+        (a, b) => a.or(b),
+    }
 }
 
 impl Segment {
@@ -192,6 +206,34 @@ impl Layout {
         }
         Ok(done)
     }
+
+    /// The backing bytes a read of `len` bytes at `offset` touches, as one
+    /// range from the first to the last (None when it touches none): one
+    /// read-ahead hint then covers a whole request, where a hint per
+    /// segment made a cold disk fetch a file's first page alone, then the rest.
+    pub fn backing_span(&self, offset: u64, len: u64) -> Option<Range<u64>> {
+        let end = offset.saturating_add(len).min(self.len);
+        if offset >= end {
+            return None;
+        }
+        let first = self.starts.partition_point(|&s| s <= offset) - 1;
+        let mut span = None;
+        for (i, seg) in self.segments.iter().enumerate().skip(first) {
+            let start = self.starts[i];
+            if start >= end {
+                break;
+            }
+            let pos = offset.max(start) - start;
+            let n = end.min(start + seg.len()) - start - pos;
+            let part = match *seg {
+                Segment::Backing { offset: b, .. } => Some(b + pos..b + pos + n),
+                Segment::Computed { index, .. } => self.computed[index].backing_span(pos, n),
+                Segment::Generated { .. } | Segment::Art { .. } => None,
+            };
+            span = span_union(span, part);
+        }
+        span
+    }
 }
 
 #[cfg(test)]
@@ -213,6 +255,21 @@ mod tests {
                 *b = ((rowid as u64 + offset + i as u64) % 256) as u8;
             }
             Ok(())
+        }
+    }
+
+    /// Fake's bytes, noting every backing range read.
+    #[derive(Default)]
+    struct Recording(std::cell::RefCell<Option<Range<u64>>>);
+    impl SegmentSource for Recording {
+        fn read_backing(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+            let read = Some(offset..offset + buf.len() as u64).filter(|r| !r.is_empty());
+            let mut seen = self.0.borrow_mut();
+            *seen = span_union(seen.take(), read);
+            Fake.read_backing(offset, buf)
+        }
+        fn read_art(&self, rowid: i64, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+            Fake.read_art(rowid, offset, buf)
         }
     }
 
@@ -265,6 +322,13 @@ mod tests {
             let end = (start + size).min(whole.len());
             prop_assert_eq!(n, end - start);
             prop_assert_eq!(&buf[..n], &whole[start..end]);
+        }
+
+        #[test]
+        fn backing_span_is_what_a_read_touches(l in arb_layout(), off in 0u64..2000, size in 0usize..700) {
+            let seen = Recording::default();
+            l.read_at(off, &mut vec![0u8; size], &seen).unwrap();
+            prop_assert_eq!(l.backing_span(off, size as u64), seen.0.take());
         }
     }
 }

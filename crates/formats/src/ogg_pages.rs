@@ -4,11 +4,12 @@
 //! and a read in the middle of the file does not read from its start.
 
 use std::io;
+use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use base64::Engine;
 
-use crate::layout::{Computed, Layout, SegmentSource};
+use crate::layout::{span_union, Computed, Layout, SegmentSource};
 
 pub const HEADER_LEN: usize = 27;
 /// Largest page: header, 255 lacing values, 255 segments of 255 bytes.
@@ -94,6 +95,13 @@ impl Computed for Base64 {
         out.copy_from_slice(&encoded.as_bytes()[skip..skip + out.len()]);
         Ok(())
     }
+
+    fn backing_span(&self, pos: u64, len: u64) -> Option<Range<u64>> {
+        let first_group = pos / 4;
+        let last_group = (pos + len).div_ceil(4);
+        self.inner
+            .backing_span(first_group * 3, (last_group - first_group) * 3)
+    }
 }
 
 /// Splits `packets` (lengths, in order) into pages of at most 255 lacing
@@ -173,6 +181,11 @@ impl StreamSerial {
         src.read_backing(self.first_page + SERIAL_AT as u64, &mut serial)?;
         Ok(*self.value.get_or_init(|| serial))
     }
+
+    fn span(&self) -> Range<u64> {
+        let at = self.first_page + SERIAL_AT as u64;
+        at..at + 4
+    }
 }
 
 /// One fresh header page: its body is a range of the packet stream.
@@ -216,6 +229,14 @@ impl Computed for HeaderPage {
         let page = self.bytes(src)?;
         out.copy_from_slice(&page[pos as usize..pos as usize + out.len()]);
         Ok(())
+    }
+
+    /// Any read of the page builds all of it.
+    fn backing_span(&self, _pos: u64, _len: u64) -> Option<Range<u64>> {
+        let body = self
+            .stream
+            .backing_span(self.plan.body_start, self.plan.body_len());
+        span_union(Some(self.serial.span()), body)
     }
 }
 
@@ -325,6 +346,12 @@ impl AudioPages {
 impl Computed for AudioPages {
     fn len(&self) -> u64 {
         self.len
+    }
+
+    /// The pages under the range and the header of the next one.
+    fn backing_span(&self, pos: u64, len: u64) -> Option<Range<u64>> {
+        let at = self.offset + pos;
+        Some(at..(at + len + (HEADER_LEN + 255) as u64).min(self.end()))
     }
 
     fn read(&self, pos: u64, out: &mut [u8], src: &dyn SegmentSource) -> io::Result<()> {
