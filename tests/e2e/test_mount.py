@@ -293,3 +293,74 @@ def test_an_ordinary_user_mounts_through_fusermount3(tmp_path, library):
         if daemon is not None and daemon.poll() is None:
             daemon.kill()
             subprocess.run(["umount", "-l", mnt], check=False)
+
+
+def write_wav(path, seconds, seed):
+    """A 16-bit stereo WAV of noise, no tags."""
+    import random
+    import struct
+    rate = 44100
+    data = random.Random(seed).randbytes(int(seconds * rate) * 4)
+    fmt = struct.pack("<HHIIHH", 1, 2, rate, rate * 4, 4, 16)
+    with open(path, "wb") as f:
+        f.write(b"RIFF" + struct.pack("<I", 4 + 8 + len(fmt) + 8 + len(data)) + b"WAVE")
+        f.write(b"fmt " + struct.pack("<I", len(fmt)) + fmt)
+        f.write(b"data" + struct.pack("<I", len(data)) + data)
+
+
+def cached_bytes(path):
+    """Bytes of `path` in the page cache (util-linux's fincore: a probing
+    read would itself start the kernel's read-ahead)."""
+    out = subprocess.run(["fincore", "-b", "-n", "-o", "RES", str(path)],
+                         check=True, capture_output=True, text=True).stdout
+    return int(out.split()[0])
+
+
+def evict(path):
+    """Drops `path` from the page cache (written out first: dirty pages stay)."""
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+
+
+def test_reading_a_file_through_reads_the_next_files_ahead(tmp_path, mount):
+    lib = tmp_path / "album"
+    lib.mkdir()
+    # Sizes tell the files apart: the served ones differ from these by
+    # the same header size.
+    seconds = [6, 6.5, 7]
+    for i, s in enumerate(seconds):
+        write_wav(lib / ("%02d.wav" % (i + 1)), s, i)
+    db = tmp_path / "album.db"
+    run("scan", str(lib), "--db", str(db))
+    m = mount(db)
+    served = sorted((os.path.join(d, f) for d, _, fs in os.walk(m.mnt) for f in fs))
+    assert len(served) == 3 and len({os.path.dirname(p) for p in served}) == 1, served
+    backing = {os.path.getsize(p): str(p) for p in lib.iterdir()}
+    delta = min(map(os.path.getsize, served)) - min(backing)
+    first = backing[os.path.getsize(served[0]) - delta]
+    others = sorted(p for p in backing.values() if p != first)
+    assert len(others) == 2
+    # More than warming reads (the files' headers), less than what is read ahead.
+    much = 512 << 10
+    for p in backing.values():
+        evict(p)
+    if any(cached_bytes(p) >= much for p in backing.values()):
+        pytest.skip("SKIPPED LOUDLY: the backing file system keeps every page in memory "
+                    "(tmpfs?), so reading ahead cannot be observed")
+    with open(served[0], "rb", buffering=0) as f:
+        f.read(4096)
+        # Reading a file's start (a tagger) reads little of the others.
+        time.sleep(0.3)
+        assert [cached_bytes(p) for p in others if cached_bytes(p) >= much] == []
+        while f.read(1 << 20):
+            pass
+    # Reading it through starts reading the next ones.
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        cached = [p for p in others if cached_bytes(p) >= much]
+        if len(cached) == 2:
+            break
+        time.sleep(0.05)
+    assert cached == others

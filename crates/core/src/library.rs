@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use anyhow::Context;
@@ -15,7 +16,7 @@ use retagfs_formats::{
 };
 use retagfs_store::{ArtLink, BackingPart, Format, Store, TrackRow};
 
-use crate::read_ahead::{KernelHints, ReadAhead};
+use crate::read_ahead::{will_need, KernelHints, ReadAhead};
 use crate::template::{Fallbacks, Fields, Template};
 use crate::tree::{file_ino, FileEntry, Invalidations, Placement, Tree};
 
@@ -246,6 +247,10 @@ pub struct OpenFile {
     backing: Arc<File>,
     read_ahead: Option<ReadAhead>,
     hints: Option<KernelHints>,
+    /// Served bytes read through this handle so far.
+    bytes_read: AtomicU64,
+    /// Whether [`OpenFile::read_through`] said so already.
+    read_through: AtomicBool,
 }
 
 /// When backing bytes are read ahead of a sequential reader.
@@ -270,6 +275,21 @@ impl OpenFile {
             .is_whole_backing(self.track.stamps.size)
             .then_some(self.backing.as_ref())
     }
+
+    /// Notes a read of `n` bytes at `offset` through this handle; true
+    /// once, when a read reaches the end of a file this handle read mostly
+    /// whole (a player or a copy going on to the next file; a tagger reads
+    /// only a file's start), and read-ahead is on: then is the time for
+    /// [`Library::prefetch_after`].
+    pub fn read_through(&self, offset: u64, n: usize) -> bool {
+        let len = self.layout.len();
+        let total = self.bytes_read.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        let reading_ahead = self.hints.is_some() || self.read_ahead.is_some();
+        reading_ahead
+            && offset + n as u64 >= len
+            && total.saturating_mul(2) >= len
+            && !self.read_through.swap(true, Ordering::Relaxed)
+    }
 }
 
 /// Recently opened tracks by (track, content version): their row and the
@@ -290,6 +310,12 @@ struct CachedTracks(HashMap<i64, (TrackRow, Arc<Layout>)>, usize);
 const WARM_SIBLINGS: usize = 64;
 /// Directories remembered as warmed (then the memory starts over).
 const WARMED_DIRS_KEPT: usize = 4096;
+
+/// Files whose start is read ahead when a client reads a file through.
+const PREFETCH_FILES: usize = 4;
+/// Served bytes of each read ahead: the start of a file, as the first
+/// requests of a reader need it.
+const PREFETCH_BYTES: u64 = 1 << 20;
 
 /// Memory the open cache may hold (generated headers, MP4 `moov`s).
 const OPEN_CACHE_BYTES: usize = 16 << 20;
@@ -509,6 +535,8 @@ impl Library {
             backing,
             read_ahead,
             hints,
+            bytes_read: AtomicU64::new(0),
+            read_through: AtomicBool::new(false),
         })
     }
 
@@ -539,6 +567,30 @@ impl Library {
                 let _ = self
                     .pool
                     .with(|store| self.resolve(store, f.track_id, Log::No).map(drop));
+            }
+        }
+    }
+
+    /// Starts reading the first bytes of the next files of `ino`'s
+    /// directory into the kernel's page cache, once a client has read `ino`
+    /// through ([`OpenFile::read_through`]): a player's next track, a
+    /// copy's next file. On a cold disk the next files' reads are then in
+    /// flight while the client still works on this one, as a direct reader
+    /// of the backing files cannot have them. Meant for the background;
+    /// failures are left for the files' own opens.
+    pub fn prefetch_after(&self, ino: u64) {
+        for f in self.tree().next_files(ino, PREFETCH_FILES) {
+            let opened = match self.opened.get(f.track_id, f.content_version) {
+                Some((track, layout)) => open_backing(&track, Log::No).map(|file| (file, layout)),
+                None => self.pool.with(|store| {
+                    self.resolve(store, f.track_id, Log::No)
+                        .map(|(_, file, layout)| (file, layout))
+                }),
+            };
+            if let Ok((file, layout)) = opened {
+                if let Some(span) = layout.backing_span(0, PREFETCH_BYTES) {
+                    will_need(&file, span.start, span.end);
+                }
             }
         }
     }

@@ -80,23 +80,29 @@ impl KernelHints {
     /// come in one disk read rather than a small synchronous one per
     /// segment.
     pub fn before_read(&self, file: &File, offset: u64, len: u64) {
-        use std::os::fd::AsRawFd;
         let hints = self
             .state
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .next_hints(offset, len);
         for (from, to) in hints.into_iter().flatten() {
-            // SAFETY: advice only; the fd is open for the call's duration.
-            unsafe {
-                libc::posix_fadvise(
-                    file.as_raw_fd(),
-                    from as libc::off_t,
-                    (to - from) as libc::off_t,
-                    libc::POSIX_FADV_WILLNEED,
-                );
-            }
+            will_need(file, from, to);
         }
+    }
+}
+
+/// Asks the kernel to start reading `from..to` of `file` into its page
+/// cache (`POSIX_FADV_WILLNEED`); returns at once.
+pub fn will_need(file: &File, from: u64, to: u64) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: advice only; the fd is open for the call's duration.
+    unsafe {
+        libc::posix_fadvise(
+            file.as_raw_fd(),
+            from as libc::off_t,
+            to.saturating_sub(from) as libc::off_t,
+            libc::POSIX_FADV_WILLNEED,
+        );
     }
 }
 

@@ -449,6 +449,16 @@ impl Tree {
     /// starting after `ino` (and wrapping around): the files a reader of
     /// `ino` is likely to open next.
     pub fn files_after(&self, ino: u64, max: usize) -> Vec<FileEntry> {
+        self.siblings_after(ino, max, true)
+    }
+
+    /// Up to `max` files listed after `ino` in its directory, without
+    /// wrapping around to the first ones.
+    pub fn next_files(&self, ino: u64, max: usize) -> Vec<FileEntry> {
+        self.siblings_after(ino, max, false)
+    }
+
+    fn siblings_after(&self, ino: u64, max: usize, wrap: bool) -> Vec<FileEntry> {
         let Some(node) = self.nodes.get(&ino) else {
             return Vec::new();
         };
@@ -458,7 +468,9 @@ impl Tree {
         use std::ops::Bound::{Excluded, Unbounded};
         let name = node.name.as_str();
         let after = children.range::<str, _>((Excluded(name), Unbounded));
-        let before = children.range::<str, _>((Unbounded, Excluded(name)));
+        let before = children
+            .range::<str, _>((Unbounded, Excluded(name)))
+            .take(if wrap { usize::MAX } else { 0 });
         after
             .chain(before)
             .filter_map(|(_, child)| match &self.nodes.get(child)?.entry {
@@ -525,6 +537,8 @@ mod tests {
         let ids = |v: Vec<FileEntry>| v.iter().map(|f| f.track_id).collect::<Vec<_>>();
         assert_eq!(ids(t.files_after(file_ino(2), 10)), [3, 1]);
         assert_eq!(ids(t.files_after(file_ino(1), 1)), [2]);
+        assert_eq!(ids(t.next_files(file_ino(2), 10)), [3]);
+        assert!(t.next_files(file_ino(3), 10).is_empty());
         assert!(t.files_after(file_ino(5), 10).is_empty());
         assert!(t.files_after(999, 10).is_empty());
     }

@@ -47,26 +47,35 @@ pub(crate) struct Server {
     warmer: Warmer,
 }
 
-/// Prepares the files likely opened next (see [`Library::warm_siblings`])
-/// on a thread of its own at idle I/O priority: a thread answering
-/// requests never waits for it (with io_uring, its queue entry would take
-/// new requests it could not answer), and on a cold disk its reads yield
-/// to the ones clients wait for.
+/// Prepares the files likely opened next on a thread of its own: a thread
+/// answering requests never waits for it (with io_uring, its queue entry
+/// would take new requests it could not answer). Its disk reads keep the
+/// normal I/O class: a client opening one of these files waits for the very
+/// pages they fetch, and an idle-class request waits behind every other.
 struct Warmer {
-    queue: Option<SyncSender<u64>>,
+    queue: Option<SyncSender<Job>>,
 }
 
-/// Opens waiting to be followed up; more are dropped (their directories
-/// go unwarmed until the library forgets its claims).
+enum Job {
+    /// Resolve the files after this one ([`Library::warm_siblings`]).
+    Warm(u64),
+    /// Read the start of the next files ([`Library::prefetch_after`]).
+    Prefetch(u64),
+}
+
+/// Jobs waiting; more are dropped (their files are prepared by their own
+/// opens).
 const WARM_QUEUE: usize = 64;
 
 impl Warmer {
     fn start(lib: Arc<Library>) -> Warmer {
-        let (queue, opened) = mpsc::sync_channel::<u64>(WARM_QUEUE);
+        let (queue, jobs) = mpsc::sync_channel::<Job>(WARM_QUEUE);
         let started = std::thread::Builder::new().name("warm".into()).spawn(move || {
-            lower_io_priority();
-            for ino in opened {
-                lib.warm_siblings(ino);
+            for job in jobs {
+                match job {
+                    Job::Warm(ino) => lib.warm_siblings(ino),
+                    Job::Prefetch(ino) => lib.prefetch_after(ino),
+                }
             }
         });
         match started {
@@ -78,28 +87,11 @@ impl Warmer {
         }
     }
 
-    /// Queues the siblings of `ino` for warming, never waiting: call once
-    /// [`Library::claim_warming`] says so.
-    fn warm_after(&self, ino: u64) {
+    /// Queues a job, never waiting.
+    fn queue(&self, job: Job) {
         if let Some(queue) = &self.queue {
-            let _ = queue.try_send(ino);
+            let _ = queue.try_send(job);
         }
-    }
-}
-
-/// Puts the calling thread in the idle I/O class (best effort).
-fn lower_io_priority() {
-    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
-    const IOPRIO_CLASS_IDLE: libc::c_long = 3;
-    const IOPRIO_CLASS_SHIFT: u32 = 13;
-    // SAFETY: ioprio_set takes three integers; `who` 0 is this thread.
-    unsafe {
-        libc::syscall(
-            libc::SYS_ioprio_set,
-            IOPRIO_WHO_PROCESS,
-            0 as libc::c_long,
-            IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT,
-        );
     }
 }
 
@@ -221,7 +213,7 @@ impl Server {
         let flags = flags | self.open_inodes.opened(ino, file.track.content_version);
         self.keep_handle(fh, file, false);
         if self.lib.claim_warming(ino) {
-            self.warmer.warm_after(ino);
+            self.warmer.queue(Job::Warm(ino));
         }
         Ok(Opened {
             fh,
@@ -269,7 +261,7 @@ impl Server {
 
     /// Reads up to `out.len()` served bytes at `offset` of handle `fh`:
     /// the number of bytes read.
-    pub(crate) fn read(&self, fh: u64, offset: u64, out: &mut [u8]) -> Result<usize, Errno> {
+    pub(crate) fn read(&self, ino: u64, fh: u64, offset: u64, out: &mut [u8]) -> Result<usize, Errno> {
         let file = self
             .handles
             .lock()
@@ -277,7 +269,11 @@ impl Server {
             .get(&fh)
             .map(|h| h.file.clone())
             .ok_or(Errno::EBADF)?;
-        self.lib.read_into(&file, offset, out).map_err(|e| errno_of(&e))
+        let n = self.lib.read_into(&file, offset, out).map_err(|e| errno_of(&e))?;
+        if file.read_through(offset, n) {
+            self.warmer.queue(Job::Prefetch(ino));
+        }
+        Ok(n)
     }
 
     pub(crate) fn release(&self, ino: u64, fh: u64) {
