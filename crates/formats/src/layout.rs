@@ -226,7 +226,8 @@ impl Layout {
             let pos = offset.max(start) - start;
             let n = end.min(start + seg.len()) - start - pos;
             let part = match *seg {
-                Segment::Backing { offset: b, .. } => Some(b + pos..b + pos + n),
+                // Saturating: offsets come from store rows, which may lie.
+                Segment::Backing { offset: b, .. } => Some(b.saturating_add(pos)..b.saturating_add(pos + n)),
                 Segment::Computed { index, .. } => self.computed[index].backing_span(pos, n),
                 Segment::Generated { .. } | Segment::Art { .. } => None,
             };

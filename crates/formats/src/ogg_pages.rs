@@ -350,8 +350,9 @@ impl Computed for AudioPages {
 
     /// The pages under the range and the header of the next one.
     fn backing_span(&self, pos: u64, len: u64) -> Option<Range<u64>> {
-        let at = self.offset + pos;
-        Some(at..(at + len + (HEADER_LEN + 255) as u64).min(self.end()))
+        let at = self.offset.saturating_add(pos);
+        let end = at.saturating_add(len + (HEADER_LEN + 255) as u64);
+        Some(at..end.min(self.end()))
     }
 
     fn read(&self, pos: u64, out: &mut [u8], src: &dyn SegmentSource) -> io::Result<()> {
