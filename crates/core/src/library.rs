@@ -234,6 +234,8 @@ pub struct Library {
     opened: OpenCache,
     /// Directories whose files were resolved ahead ([`Library::warm_siblings`]).
     warmed: Mutex<HashSet<u64>>,
+    /// Tracks whose start [`Library::prefetch_after`] read ahead.
+    prefetched: Mutex<HashSet<i64>>,
     /// The change-log position the tree reflects; held while refreshing,
     /// so refreshes run one at a time.
     seen_seq: Mutex<i64>,
@@ -316,6 +318,8 @@ const PREFETCH_FILES: usize = 4;
 /// Served bytes of each read ahead: the start of a file, as the first
 /// requests of a reader need it.
 const PREFETCH_BYTES: u64 = 1 << 20;
+/// Tracks remembered as read ahead (then the memory starts over).
+const PREFETCHED_KEPT: usize = 4096;
 
 /// Memory the open cache may hold (generated headers, MP4 `moov`s).
 const OPEN_CACHE_BYTES: usize = 16 << 20;
@@ -396,6 +400,7 @@ impl Library {
             passthrough_logged: Mutex::default(),
             opened: OpenCache::default(),
             warmed: Mutex::default(),
+            prefetched: Mutex::default(),
             seen_seq: Mutex::new(seq),
             read_ahead: Mutex::default(),
         })
@@ -527,7 +532,8 @@ impl Library {
             ReadAheadMode::Auto => crate::read_ahead::is_slow_storage(&backing),
         };
         let backing = Arc::new(backing);
-        let hints = (!read_ahead && mode != ReadAheadMode::Never).then(KernelHints::default);
+        let hints =
+            (!read_ahead && mode != ReadAheadMode::Never).then(|| KernelHints::new(track.stamps.size));
         let read_ahead = read_ahead.then(|| ReadAhead::new(backing.clone(), track.stamps.size));
         Ok(OpenFile {
             track,
@@ -571,6 +577,22 @@ impl Library {
         }
     }
 
+    /// Whether the next files of a file read through should be read ahead
+    /// ([`Library::prefetch_after`]): when it came from the disk, or was
+    /// itself read ahead (a client going through cold files). Files that
+    /// were in the page cache anyway say the next ones likely are too, and
+    /// reading them ahead would only cost (a tenth of the time of reading
+    /// 200 cached files through a fresh mount).
+    pub fn reads_ahead_after(&self, file: &OpenFile) -> bool {
+        let found_cached = file.hints.as_ref().is_some_and(KernelHints::found_cached);
+        !found_cached
+            || self
+                .prefetched
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&file.track.id)
+    }
+
     /// Starts reading the first bytes of the next files of `ino`'s
     /// directory into the kernel's page cache, once a client has read `ino`
     /// through ([`OpenFile::read_through`]): a player's next track, a
@@ -591,6 +613,11 @@ impl Library {
                 if let Some(span) = layout.backing_span(0, PREFETCH_BYTES) {
                     will_need(&file, span.start, span.end);
                 }
+                let mut prefetched = self.prefetched.lock().unwrap_or_else(|e| e.into_inner());
+                if prefetched.len() >= PREFETCHED_KEPT {
+                    prefetched.clear();
+                }
+                prefetched.insert(f.track_id);
             }
         }
     }

@@ -270,7 +270,7 @@ impl Server {
             .map(|h| h.file.clone())
             .ok_or(Errno::EBADF)?;
         let n = self.lib.read_into(&file, offset, out).map_err(|e| errno_of(&e))?;
-        if file.read_through(offset, n) {
+        if file.read_through(offset, n) && self.lib.reads_ahead_after(&file) {
             self.warmer.queue(Job::Prefetch(ino));
         }
         Ok(n)
