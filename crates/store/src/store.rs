@@ -268,6 +268,9 @@ impl Store {
             "SELECT backing_path, id, file_size, \
                  CASE WHEN passthrough = '{REPROBE}' THEN -1 ELSE mtime_ns END, ctime_ns FROM tracks"
         ))?;
+        // Sized up front: growing a map of 100k paths rehashes it ~17 times.
+        let count = usize::try_from(self.track_count()?).unwrap_or(0);
+        let mut map = PathMap::with_capacity_and_hasher(count, Default::default());
         let rows = stmt.query_map([], |r| {
             Ok((
                 r.get::<_, String>(0)?,
@@ -281,7 +284,11 @@ impl Store {
                 ),
             ))
         })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        for row in rows {
+            let (path, value) = row?;
+            map.insert(path, value);
+        }
+        Ok(map)
     }
 
     /// Content fingerprints of the given tracks (those that have one).
