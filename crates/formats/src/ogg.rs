@@ -266,12 +266,12 @@ pub fn synthesize(
     let mut layout = Layout::default();
     layout.push_backing(first.offset, first.length);
     for (i, plan) in plans.into_iter().enumerate() {
-        layout.push_computed(Arc::new(HeaderPage {
+        layout.push_computed(Arc::new(HeaderPage::new(
             plan,
-            seq: 1 + i as u32,
-            stream: stream.clone(),
-            serial: serial.clone(),
-        }));
+            1 + i as u32,
+            stream.clone(),
+            serial.clone(),
+        )));
     }
     layout.push_computed(Arc::new(AudioPages::new(
         audio_offset,

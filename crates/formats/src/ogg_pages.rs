@@ -190,33 +190,70 @@ impl StreamSerial {
 
 /// One fresh header page: its body is a range of the packet stream.
 pub struct HeaderPage {
-    pub plan: PagePlan,
-    pub seq: u32,
-    pub stream: Arc<Layout>,
-    pub serial: Arc<StreamSerial>,
+    plan: PagePlan,
+    seq: u32,
+    stream: Arc<Layout>,
+    serial: Arc<StreamSerial>,
+    /// The page's checksum once the whole page was built: a later read of
+    /// part of the page builds only that part (a comment page with cover
+    /// art is up to 64 KiB of base64 to encode and checksum).
+    checksum: OnceLock<[u8; 4]>,
 }
 
 impl HeaderPage {
-    fn bytes(&self, src: &dyn SegmentSource) -> io::Result<Vec<u8>> {
-        let mut page = Vec::with_capacity(self.len() as usize);
-        page.extend_from_slice(b"OggS\0");
-        page.push(u8::from(self.plan.continued));
+    pub fn new(plan: PagePlan, seq: u32, stream: Arc<Layout>, serial: Arc<StreamSerial>) -> HeaderPage {
+        HeaderPage {
+            plan,
+            seq,
+            stream,
+            serial,
+            checksum: OnceLock::new(),
+        }
+    }
+
+    /// The page header (with a zero checksum) and its lacing values.
+    fn head(&self, src: &dyn SegmentSource) -> io::Result<Vec<u8>> {
+        let mut head = Vec::with_capacity(HEADER_LEN + self.plan.lacing.len());
+        head.extend_from_slice(b"OggS\0");
+        head.push(u8::from(self.plan.continued));
         // Header pages carry granule position 0 where a packet ends on
         // them, and -1 (no packet ends) otherwise.
         let granule: i64 = if self.plan.packet_ends { 0 } else { -1 };
-        page.extend_from_slice(&granule.to_le_bytes());
-        page.extend_from_slice(&self.serial.get(src)?);
-        page.extend_from_slice(&self.seq.to_le_bytes());
-        page.extend_from_slice(&[0; 4]);
-        page.push(self.plan.lacing.len() as u8);
-        page.extend_from_slice(&self.plan.lacing);
+        head.extend_from_slice(&granule.to_le_bytes());
+        head.extend_from_slice(&self.serial.get(src)?);
+        head.extend_from_slice(&self.seq.to_le_bytes());
+        head.extend_from_slice(&[0; 4]);
+        head.push(self.plan.lacing.len() as u8);
+        head.extend_from_slice(&self.plan.lacing);
+        Ok(head)
+    }
+
+    /// The whole page, its checksum computed (and kept).
+    fn bytes(&self, src: &dyn SegmentSource) -> io::Result<Vec<u8>> {
+        let mut page = self.head(src)?;
         let body_at = page.len();
         page.resize(body_at + self.plan.body_len() as usize, 0);
         self.stream
             .read_at(self.plan.body_start, &mut page[body_at..], src)?;
-        let sum = crc(&page);
-        page[CRC_AT..CRC_AT + 4].copy_from_slice(&sum.to_le_bytes());
+        let sum = crc(&page).to_le_bytes();
+        page[CRC_AT..CRC_AT + 4].copy_from_slice(&sum);
+        let _ = self.checksum.set(sum);
         Ok(page)
+    }
+
+    /// `out.len()` bytes of the page from `pos`, once its checksum is known:
+    /// the header from memory, the body straight from the packet stream.
+    fn read_part(&self, pos: usize, out: &mut [u8], sum: [u8; 4], src: &dyn SegmentSource) -> io::Result<()> {
+        let mut head = self.head(src)?;
+        head[CRC_AT..CRC_AT + 4].copy_from_slice(&sum);
+        let from_head = head.len().saturating_sub(pos).min(out.len());
+        if from_head > 0 {
+            out[..from_head].copy_from_slice(&head[pos..pos + from_head]);
+        }
+        let body_pos = (pos + from_head - head.len()) as u64;
+        self.stream
+            .read_at(self.plan.body_start + body_pos, &mut out[from_head..], src)
+            .map(|_| ())
     }
 }
 
@@ -226,6 +263,9 @@ impl Computed for HeaderPage {
     }
 
     fn read(&self, pos: u64, out: &mut [u8], src: &dyn SegmentSource) -> io::Result<()> {
+        if let Some(&sum) = self.checksum.get() {
+            return self.read_part(pos as usize, out, sum, src);
+        }
         let page = self.bytes(src)?;
         out.copy_from_slice(&page[pos as usize..pos as usize + out.len()]);
         Ok(())
