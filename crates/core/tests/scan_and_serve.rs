@@ -409,6 +409,12 @@ fn synthesized_files_are_consistent_at_any_offset_and_probe_back() {
             let end = (start + size).min(whole.len());
             assert_eq!(got, &whole[start..end], "{} at {offset}+{size}", t.backing_path);
         }
+        // Small reads everywhere: some start and end inside a page header.
+        for offset in (0..whole.len()).step_by(97) {
+            let got = lib.read(&file, offset as u64, 7, &mut buf).unwrap();
+            let end = (offset + 7).min(whole.len());
+            assert_eq!(got, &whole[offset..end], "{} at {offset}+7", t.backing_path);
+        }
 
         if matches!(t.format, Format::Vorbis | Format::Opus) {
             assert_eq!(bad_ogg_pages(&whole, &t.backing_path), Vec::<u32>::new());

@@ -250,7 +250,10 @@ impl HeaderPage {
         if from_head > 0 {
             out[..from_head].copy_from_slice(&head[pos..pos + from_head]);
         }
-        let body_pos = (pos + from_head - head.len()) as u64;
+        if from_head == out.len() {
+            return Ok(());
+        }
+        let body_pos = (pos.max(head.len()) - head.len()) as u64;
         self.stream
             .read_at(self.plan.body_start + body_pos, &mut out[from_head..], src)
             .map(|_| ())
