@@ -19,12 +19,15 @@ const SEQ_AT: usize = 18;
 const CRC_AT: usize = 22;
 const SERIAL_AT: usize = 14;
 
+/// The generator polynomial of the Ogg checksum, without its x^32 term.
+const OGG_POLY: u32 = 0x04c1_1db7;
+
 /// The Ogg checksum: CRC-32, polynomial 0x04c11db7, no reflection, zero
 /// initial value and no final xor. Every audio byte served goes through
 /// it, hence the 16-way sliced tables.
 static OGG_CRC: crc::Crc<u32, crc::Table<16>> = crc::Crc::<u32, crc::Table<16>>::new(&crc::Algorithm {
     width: 32,
-    poly: 0x04c1_1db7,
+    poly: OGG_POLY,
     init: 0,
     refin: false,
     refout: false,
@@ -408,21 +411,22 @@ impl Computed for AudioPages {
         let limit = (self.end() - first.start) as usize;
         let wanted = (at - first.start) as usize + out.len() + HEADER_LEN + 255;
         SPAN.with_borrow_mut(|span| {
-            span.clear();
+            span.filled = 0;
             // The requested bytes and the next page header in one read;
             // only the last page may need more.
-            extend_span(span, first.start, wanted.min(limit), src)?;
+            span.extend(first.start, wanted.min(limit), src)?;
             let (mut p, mut done, mut last) = (0usize, 0usize, first.start);
             while done < out.len() {
                 let start = first.start + p as u64;
-                extend_span(span, first.start, (p + HEADER_LEN + 255).min(limit), src)?;
-                let len = declared_page_len(span, p)
-                    .filter(|_| span[p + SERIAL_AT..p + SERIAL_AT + 4] == serial)
+                span.extend(first.start, (p + HEADER_LEN + 255).min(limit), src)?;
+                let bytes = span.bytes();
+                let len = declared_page_len(bytes, p)
+                    .filter(|_| bytes[p + SERIAL_AT..p + SERIAL_AT + 4] == serial)
                     .ok_or_else(|| invalid(format!("no Ogg page of this stream at offset {start}")))?;
                 if p + len > limit {
                     return Err(invalid(format!("Ogg page at {start} runs past the end")));
                 }
-                if span[p + 5] & 2 != 0 {
+                if bytes[p + 5] & 2 != 0 {
                     // A chained stream that reuses the serial number: the scan
                     // could not tell, and renumbering its pages would be wrong.
                     return Err(invalid(format!(
@@ -431,11 +435,12 @@ impl Computed for AudioPages {
                 }
                 let from = (at + done as u64).saturating_sub(start) as usize;
                 let n = (out.len() - done).min(len - from);
-                extend_span(span, first.start, p + from + n, src)?;
+                span.extend(first.start, p + from + n, src)?;
+                let bytes = span.bytes_mut();
                 if from < CRC_AT + 4 {
-                    renumber(&mut span[p..], len, self.seq_delta);
+                    renumber(&mut bytes[p..], len, self.seq_delta);
                 }
-                out[done..done + n].copy_from_slice(&span[p + from..p + from + n]);
+                out[done..done + n].copy_from_slice(&bytes[p + from..p + from + n]);
                 done += n;
                 last = start;
                 p += len;
@@ -446,14 +451,36 @@ impl Computed for AudioPages {
     }
 }
 
-/// Grows `span` (backing bytes from `base`) to `upto` bytes.
-fn extend_span(span: &mut Vec<u8>, base: u64, upto: usize, src: &dyn SegmentSource) -> io::Result<()> {
-    let have = span.len();
-    if upto > have {
-        span.resize(upto, 0);
-        src.read_backing(base + have as u64, &mut span[have..])?;
+/// Backing bytes of the pages a read touches, from some base offset: a
+/// buffer reused across reads, zeroed only where it grows (zeroing it for
+/// every read cost a tenth of an Ogg read).
+#[derive(Default)]
+struct Span {
+    buf: Vec<u8>,
+    /// How many bytes of `buf` hold this read's backing bytes.
+    filled: usize,
+}
+
+impl Span {
+    /// Reads more backing bytes (from `base`), up to `upto` in all.
+    fn extend(&mut self, base: u64, upto: usize, src: &dyn SegmentSource) -> io::Result<()> {
+        if upto > self.filled {
+            if self.buf.len() < upto {
+                self.buf.resize(upto, 0);
+            }
+            src.read_backing(base + self.filled as u64, &mut self.buf[self.filled..upto])?;
+            self.filled = upto;
+        }
+        Ok(())
     }
-    Ok(())
+
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.filled]
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[..self.filled]
+    }
 }
 
 /// Adds `delta` to the sequence number of the page whose header starts
@@ -484,42 +511,42 @@ fn renumber(header: &mut [u8], len: usize, delta: u32) {
 }
 
 /// The checksum of a message whose checksum is `crc`, followed by `n` zero
-/// bytes. Appending zeros is a linear map of the checksum register; the
-/// maps for 1, 2, 4, ... 2^16 zero bytes are 32x32 bit matrices computed
-/// once, so a page of any length costs at most 17 matrix products.
+/// bytes. With no initial value and no final xor, the checksum register is
+/// the message as a polynomial times x^32, modulo the generator; each zero
+/// byte multiplies it by x^8. So the answer is `crc` times x^(8n): two
+/// products with powers from two small tables (x^(8j) and x^(2048k)), where
+/// this runs for every page of every Ogg read.
 fn append_zeros(crc: u32, n: usize) -> u32 {
-    static POWERS: OnceLock<[[u32; 32]; 17]> = OnceLock::new();
-    let powers = POWERS.get_or_init(|| {
-        // Column i: the register after one zero byte, from register bit i.
-        let mut one_byte = [0u32; 32];
-        for (i, column) in one_byte.iter_mut().enumerate() {
-            let mut digest = OGG_CRC.digest_with_initial(1 << i);
-            digest.update(&[0]);
-            *column = digest.finalize();
+    static POWERS: OnceLock<([u32; 256], [u32; 512])> = OnceLock::new();
+    let (low, high) = POWERS.get_or_init(|| {
+        let mut low = [1u32; 256];
+        for j in 1..low.len() {
+            low[j] = mul_mod(low[j - 1], 1 << 8);
         }
-        let mut powers = [[0u32; 32]; 17];
-        powers[0] = one_byte;
-        for k in 1..powers.len() {
-            powers[k] = powers[k - 1].map(|column| apply(&powers[k - 1], column));
+        let step = mul_mod(low[255], 1 << 8);
+        let mut high = [1u32; 512];
+        for k in 1..high.len() {
+            high[k] = mul_mod(high[k - 1], step);
         }
-        powers
+        (low, high)
     });
-    assert!(n < 1 << powers.len(), "an Ogg page is shorter than 128 KiB");
-    (0..powers.len())
-        .filter(|k| n >> k & 1 == 1)
-        .fold(crc, |c, k| apply(&powers[k], c))
+    assert!(n < 1 << 17, "an Ogg page is shorter than 128 KiB");
+    mul_mod(mul_mod(crc, low[n & 0xff]), high[n >> 8])
 }
 
-/// A bit matrix (by columns) times a vector over GF(2).
-fn apply(matrix: &[u32; 32], v: u32) -> u32 {
-    (0..32)
-        .filter(|i| v >> i & 1 == 1)
-        .fold(0, |acc, i| acc ^ matrix[i])
+/// `a` times `b` as polynomials over GF(2) (bit i: the coefficient of x^i),
+/// modulo the Ogg generator.
+fn mul_mod(a: u32, b: u32) -> u32 {
+    (0..32).rev().fold(0u32, |product, i| {
+        let carry = if product & 0x8000_0000 != 0 { OGG_POLY } else { 0 };
+        let times_x = (product << 1) ^ carry;
+        times_x ^ if a >> i & 1 == 1 { b } else { 0 }
+    })
 }
 
 thread_local! {
     /// Backing bytes of the pages a read touches, reused across reads.
-    static SPAN: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SPAN: std::cell::RefCell<Span> = std::cell::RefCell::new(Span::default());
 }
 
 #[cfg(test)]
@@ -587,6 +614,34 @@ mod tests {
             renumber(&mut page, len, delta);
             assert_eq!(page, expected, "{segments} segments");
             assert!(checksum_ok(&page));
+        }
+    }
+
+    #[test]
+    fn appending_zeros_matches_hashing_them() {
+        let zeros = vec![0u8; 1 << 17];
+        for crc_in in [0u32, 1, 0x8000_0000, 0xdead_beef, u32::MAX] {
+            for n in [
+                0usize,
+                1,
+                7,
+                255,
+                256,
+                257,
+                4096,
+                65_307,
+                65_535,
+                65_536,
+                (1 << 17) - 1,
+            ] {
+                let mut digest = OGG_CRC.digest_with_initial(crc_in);
+                digest.update(&zeros[..n]);
+                assert_eq!(
+                    append_zeros(crc_in, n),
+                    digest.finalize(),
+                    "crc {crc_in:#x}, {n} zeros"
+                );
+            }
         }
     }
 
