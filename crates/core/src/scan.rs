@@ -212,30 +212,37 @@ pub fn scan(
             })
         });
         let known = db
-            .stamps_by_path()
+            .known_stamps()
             .and_then(|known| Ok((known, db.failure_stamps()?)));
         tracing::debug!("read stamps from the store at {:?}", started.elapsed());
         (walk.join().expect("walk panicked"), known)
     });
-    let (mut known, mut known_failures) = known?;
+    let (known, mut known_failures) = known?;
     tracing::debug!("walked {} files at {:?}", walked.files.len(), started.elapsed());
     summary.skipped += walked.skipped;
     summary.failed += walked.failures.len() as u64;
     summary.failures.extend(walked.failures);
 
-    // Each file found takes its row out of `known`: what is left is gone.
+    // Each file found marks its row seen: the rows left unseen are gone.
+    let mut seen = vec![false; known.len()];
     let mut todo = Vec::new();
     for (path, stamps) in walked.files {
         let failure = (!known_failures.is_empty())
             .then(|| known_failures.remove(&path))
             .flatten();
-        match known.remove(&path) {
-            Some((_, old)) if old == stamps => summary.unchanged += 1,
-            Some((id, _)) => todo.push(Job {
-                path,
-                stamps,
-                existing: Some(id),
-            }),
+        match known.find(&path) {
+            Some(row) => {
+                seen[row] = true;
+                if known.stamps(row) == stamps {
+                    summary.unchanged += 1;
+                } else {
+                    todo.push(Job {
+                        path,
+                        stamps,
+                        existing: Some(known.id(row)),
+                    });
+                }
+            }
             None if failure == Some(stamps) => summary.failed += 1,
             None => todo.push(Job {
                 path,
@@ -244,10 +251,9 @@ pub fn scan(
             }),
         }
     }
-    let mut missing: Vec<i64> = known
-        .into_iter()
-        .filter(|(p, _)| under_roots(p, &roots))
-        .map(|(_, (id, _))| id)
+    let mut missing: Vec<i64> = (0..known.len())
+        .filter(|&row| !seen[row] && under_roots(known.path(row), &roots))
+        .map(|row| known.id(row))
         .collect();
     missing.sort_unstable();
     let mut moved_from = db.fingerprints(&missing)?;

@@ -7,9 +7,11 @@
 //! Reads are methods of [`Store`]; writes are functions over a transaction
 //! from [`Store::write`], so a caller can batch many in one commit.
 
+mod known;
 mod model;
 mod store;
 
+pub use known::KnownStamps;
 pub use model::{
     ArtLink, BackingPart, Format, NewArt, PartKind, ScannedPicture, ScannedTrack, Stamps, TrackRow,
 };

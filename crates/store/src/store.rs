@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
 use sha2::{Digest, Sha256};
 
+use crate::known::KnownStamps;
 use crate::model::{ArtLink, BackingPart, Format, NewArt, PartKind, ScannedTrack, Stamps, TrackRow};
 
 /// Schema version this binary writes, kept in `PRAGMA user_version`.
@@ -261,34 +262,31 @@ impl Store {
     }
 
     /// Stat stamps of every track by backing path, for re-scan skipping.
-    pub fn stamps_by_path(&self) -> Result<PathMap<(i64, Stamps)>> {
+    pub fn known_stamps(&self) -> Result<KnownStamps> {
         let mut stmt = self.conn.prepare(&format!(
             // A track the migration to version 2 left without structure
             // reports impossible stamps, so the next scan re-probes it.
             "SELECT backing_path, id, file_size, \
                  CASE WHEN passthrough = '{REPROBE}' THEN -1 ELSE mtime_ns END, ctime_ns FROM tracks"
         ))?;
-        // Sized up front: growing a map of 100k paths rehashes it ~17 times.
         let count = usize::try_from(self.track_count()?).unwrap_or(0);
-        let mut map = PathMap::with_capacity_and_hasher(count, Default::default());
-        let rows = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                (
-                    r.get::<_, i64>(1)?,
-                    Stamps {
-                        size: r.get::<_, i64>(2)? as u64,
-                        mtime_ns: r.get(3)?,
-                        ctime_ns: r.get(4)?,
-                    },
-                ),
-            ))
-        })?;
-        for row in rows {
-            let (path, value) = row?;
-            map.insert(path, value);
+        // Paths of a music library run about 100 bytes; the buffer grows
+        // past that if it must.
+        let mut known = KnownStamps::with_capacity(count, count * 100);
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            let stamps = Stamps {
+                size: r.get::<_, i64>(2)? as u64,
+                mtime_ns: r.get(3)?,
+                ctime_ns: r.get(4)?,
+            };
+            let path = r.get_ref(0)?;
+            let path = path
+                .as_str()
+                .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, path.data_type(), Box::new(e)))?;
+            known.push(path, r.get(1)?, stamps);
         }
-        Ok(map)
+        Ok(known)
     }
 
     /// Content fingerprints of the given tracks (those that have one).
