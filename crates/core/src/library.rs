@@ -501,15 +501,7 @@ impl Library {
             Some(_) => return Err(io::Error::from_raw_os_error(libc::EISDIR)),
             None => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
         };
-        let (track, backing, layout) = match self.opened.get(entry.track_id, entry.content_version) {
-            Some((track, layout)) => {
-                let backing = open_backing(&track, Log::Yes)?;
-                (track, backing, layout)
-            }
-            None => self
-                .pool
-                .with(|store| self.resolve(store, entry.track_id, Log::Yes))?,
-        };
+        let (track, backing, layout) = self.open_resolved(entry.track_id, entry.content_version, Log::Yes)?;
         self.log_passthrough(&track);
         if layout.len() != entry.size {
             // The store changed after the tree was built: serve the new
@@ -593,23 +585,17 @@ impl Library {
                 .contains(&file.track.id)
     }
 
-    /// Starts reading the first bytes of the next files of `ino`'s
-    /// directory into the kernel's page cache, once a client has read `ino`
+    /// Starts reading the first bytes of the next files of the track's
+    /// directory into the kernel's page cache, once a client has read it
     /// through ([`OpenFile::read_through`]): a player's next track, a
     /// copy's next file. On a cold disk the next files' reads are then in
     /// flight while the client still works on this one, as a direct reader
     /// of the backing files cannot have them. Meant for the background;
     /// failures are left for the files' own opens.
-    pub fn prefetch_after(&self, ino: u64) {
-        for f in self.tree().next_files(ino, PREFETCH_FILES) {
-            let opened = match self.opened.get(f.track_id, f.content_version) {
-                Some((track, layout)) => open_backing(&track, Log::No).map(|file| (file, layout)),
-                None => self.pool.with(|store| {
-                    self.resolve(store, f.track_id, Log::No)
-                        .map(|(_, file, layout)| (file, layout))
-                }),
-            };
-            if let Ok((file, layout)) = opened {
+    pub fn prefetch_after(&self, track_id: i64) {
+        let next = self.tree().next_files(file_ino(track_id), PREFETCH_FILES);
+        for f in next {
+            if let Ok((_, file, layout)) = self.open_resolved(f.track_id, f.content_version, Log::No) {
                 if let Some(span) = layout.backing_span(0, PREFETCH_BYTES) {
                     will_need(&file, span.start, span.end);
                 }
@@ -619,6 +605,22 @@ impl Library {
                 }
                 prefetched.insert(f.track_id);
             }
+        }
+    }
+
+    /// [`Library::resolve`], from the open cache when it holds this version.
+    fn open_resolved(
+        &self,
+        track_id: i64,
+        version: i64,
+        log: Log,
+    ) -> io::Result<(TrackRow, File, Arc<Layout>)> {
+        match self.opened.get(track_id, version) {
+            Some((track, layout)) => {
+                let backing = open_backing(&track, log)?;
+                Ok((track, backing, layout))
+            }
+            None => self.pool.with(|store| self.resolve(store, track_id, log)),
         }
     }
 

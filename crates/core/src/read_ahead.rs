@@ -99,9 +99,7 @@ impl KernelHints {
             will_need(file, from, to);
         }
     }
-}
 
-impl KernelHints {
     /// Hints for a backing file of `size` bytes.
     pub fn new(size: u64) -> KernelHints {
         KernelHints {

@@ -106,7 +106,7 @@ impl Filesystem for DevFuse {
     fn read(
         &self,
         _req: &Request,
-        ino: INodeNo,
+        _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -118,7 +118,7 @@ impl Filesystem for DevFuse {
             if buf.len() < size as usize {
                 buf.resize(size as usize, 0);
             }
-            match self.0.read(ino.0, fh.0, offset, &mut buf[..size as usize]) {
+            match self.0.read(fh.0, offset, &mut buf[..size as usize]) {
                 Ok(n) => reply.data(&buf[..n]),
                 Err(e) => reply.error(e),
             }

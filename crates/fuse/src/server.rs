@@ -59,8 +59,8 @@ struct Warmer {
 enum Job {
     /// Resolve the files after this one ([`Library::warm_siblings`]).
     Warm(u64),
-    /// Read the start of the next files ([`Library::prefetch_after`]).
-    Prefetch(u64),
+    /// Read the start of the files after this track ([`Library::prefetch_after`]).
+    Prefetch(i64),
 }
 
 /// Jobs waiting; more are dropped (their files are prepared by their own
@@ -74,7 +74,7 @@ impl Warmer {
             for job in jobs {
                 match job {
                     Job::Warm(ino) => lib.warm_siblings(ino),
-                    Job::Prefetch(ino) => lib.prefetch_after(ino),
+                    Job::Prefetch(track_id) => lib.prefetch_after(track_id),
                 }
             }
         });
@@ -261,7 +261,7 @@ impl Server {
 
     /// Reads up to `out.len()` served bytes at `offset` of handle `fh`:
     /// the number of bytes read.
-    pub(crate) fn read(&self, ino: u64, fh: u64, offset: u64, out: &mut [u8]) -> Result<usize, Errno> {
+    pub(crate) fn read(&self, fh: u64, offset: u64, out: &mut [u8]) -> Result<usize, Errno> {
         let file = self
             .handles
             .lock()
@@ -271,7 +271,7 @@ impl Server {
             .ok_or(Errno::EBADF)?;
         let n = self.lib.read_into(&file, offset, out).map_err(|e| errno_of(&e))?;
         if file.read_through(offset, n) && self.lib.reads_ahead_after(&file) {
-            self.warmer.queue(Job::Prefetch(ino));
+            self.warmer.queue(Job::Prefetch(file.track.id));
         }
         Ok(n)
     }

@@ -335,9 +335,7 @@ fn answer(server: &Server, entry: &mut Entry) -> u64 {
             READ => {
                 let (fh, offset, size) = (u64_in(&op_in, 0), u64_in(&op_in, 8), u32_in(&op_in, 16));
                 let want = (size as usize).min(PAYLOAD);
-                server
-                    .read(nodeid, fh, offset, &mut out.buf[..want])
-                    .map(|n| out.len = n)
+                server.read(fh, offset, &mut out.buf[..want]).map(|n| out.len = n)
             }
             RELEASE => {
                 server.release(nodeid, u64_in(&op_in, 0));
