@@ -5,6 +5,7 @@
 
 use std::io;
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use base64::Engine;
@@ -296,6 +297,9 @@ pub struct AudioPages {
     /// A known page start (backing offset) at or before recent reads, so
     /// sequential reads walk forward instead of searching.
     hint: Mutex<u64>,
+    /// The longest page read so far: how far back from a read its page
+    /// can start.
+    longest: AtomicUsize,
 }
 
 /// A page found in the backing file: where it starts and its total length.
@@ -313,6 +317,7 @@ impl AudioPages {
             seq_delta,
             serial,
             hint: Mutex::new(offset),
+            longest: AtomicUsize::new(0),
         }
     }
 
@@ -333,12 +338,16 @@ impl AudioPages {
     }
 
     /// The page that contains backing offset `at`: walk forward from the
-    /// hint when it is close, else search backwards for a page header whose
-    /// checksum holds.
+    /// hint when it is close, else look just before `at` for a page that
+    /// the next one follows, else search a wide window for a page header
+    /// whose checksum holds.
     fn page_containing(&self, at: u64, src: &dyn SegmentSource) -> io::Result<Found> {
         let serial = self.serial.get(src)?;
         let hint = *self.hint.lock().unwrap_or_else(|e| e.into_inner());
-        if hint <= at && at - hint <= 4 * MAX_PAGE_LEN as u64 {
+        let longest = self.longest.load(Ordering::Relaxed);
+        // A sequential read: the hint is the page before, or the one before
+        // that.
+        if hint <= at && at - hint < 2 * longest as u64 {
             let mut start = hint;
             loop {
                 let page = self.header_at(start, &serial, src)?;
@@ -346,6 +355,13 @@ impl AudioPages {
                     return Ok(page);
                 }
                 start += page.len;
+            }
+        }
+        // Pages seen so far bound how far back the page starts; a longer
+        // one is found in a window as long as a page can be.
+        for back in [longest + 1, MAX_PAGE_LEN] {
+            if let Some(page) = self.page_near(at, back, &serial, src)? {
+                return Ok(page);
             }
         }
         let from = at.saturating_sub(MAX_PAGE_LEN as u64).max(self.offset);
@@ -364,6 +380,55 @@ impl AudioPages {
             }
         }
         Err(invalid(format!("no Ogg page found around offset {at}")))
+    }
+
+    /// The page containing `at` if it starts at most `back` bytes before
+    /// it: the last page header of this stream before `at` whose page
+    /// reaches `at` and is followed by another page or the end of the
+    /// stream. Concurrent reads (the kernel's read-ahead) start far from
+    /// the hint, and walking there header by header cost a small read per
+    /// page.
+    fn page_near(
+        &self,
+        at: u64,
+        back: usize,
+        serial: &[u8; 4],
+        src: &dyn SegmentSource,
+    ) -> io::Result<Option<Found>> {
+        let from = at.saturating_sub(back as u64).max(self.offset);
+        let to = (at + (HEADER_LEN + 255) as u64).min(self.end());
+        let mut window = vec![0u8; (to - from) as usize];
+        src.read_backing(from, &mut window)?;
+        // Candidates start at or before `at`, with a whole header in the window.
+        let mut below = ((at - from) as usize + 1).min(window.len().saturating_sub(HEADER_LEN - 1));
+        while let Some(c) = memchr::memrchr(b'O', &window[..below]) {
+            below = c;
+            if window[c..c + 5] != *b"OggS\0" || window[c + SERIAL_AT..c + SERIAL_AT + 4] != *serial {
+                continue;
+            }
+            let Some(len) = declared_page_len(&window, c) else {
+                continue;
+            };
+            let (start, next) = (from + c as u64, from + (c + len) as u64);
+            if next <= at || next > self.end() {
+                continue;
+            }
+            let chains = next == self.end() || {
+                let mut capture = [0u8; 4];
+                match window.get(c + len..c + len + 4) {
+                    Some(bytes) => capture.copy_from_slice(bytes),
+                    None => src.read_backing(next, &mut capture)?,
+                }
+                capture == *b"OggS"
+            };
+            if chains {
+                return Ok(Some(Found {
+                    start,
+                    len: len as u64,
+                }));
+            }
+        }
+        Ok(None)
     }
 
     /// The page whose header is at `start` (a known page boundary).
@@ -415,7 +480,7 @@ impl Computed for AudioPages {
             // The requested bytes and the next page header in one read;
             // only the last page may need more.
             span.extend(first.start, wanted.min(limit), src)?;
-            let (mut p, mut done, mut last) = (0usize, 0usize, first.start);
+            let (mut p, mut done, mut last, mut longest) = (0usize, 0usize, first.start, 0usize);
             while done < out.len() {
                 let start = first.start + p as u64;
                 span.extend(first.start, (p + HEADER_LEN + 255).min(limit), src)?;
@@ -443,9 +508,11 @@ impl Computed for AudioPages {
                 out[done..done + n].copy_from_slice(&bytes[p + from..p + from + n]);
                 done += n;
                 last = start;
+                longest = longest.max(len);
                 p += len;
             }
             *self.hint.lock().unwrap_or_else(|e| e.into_inner()) = last;
+            self.longest.fetch_max(longest, Ordering::Relaxed);
             Ok(())
         })
     }
@@ -642,6 +709,78 @@ mod tests {
                     "crc {crc_in:#x}, {n} zeros"
                 );
             }
+        }
+    }
+
+    /// A backing file held in memory.
+    struct Bytes(Vec<u8>);
+
+    impl SegmentSource for Bytes {
+        fn read_backing(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+            let at = offset as usize;
+            let bytes = self
+                .0
+                .get(at..at + buf.len())
+                .ok_or(io::ErrorKind::UnexpectedEof)?;
+            buf.copy_from_slice(bytes);
+            Ok(())
+        }
+
+        fn read_art(&self, _: i64, _: u64, _: &mut [u8]) -> io::Result<()> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+    }
+
+    fn with_seq(mut page: Vec<u8>, seq: u32) -> Vec<u8> {
+        page[SEQ_AT..SEQ_AT + 4].copy_from_slice(&seq.to_le_bytes());
+        page[CRC_AT..CRC_AT + 4].fill(0);
+        let sum = crc(&page);
+        page[CRC_AT..CRC_AT + 4].copy_from_slice(&sum.to_le_bytes());
+        page
+    }
+
+    /// Pages of very different lengths (one body holds a capture pattern
+    /// and this stream's serial) read the same, renumbered, from any offset
+    /// and in any order, whichever page the previous read ended in.
+    #[test]
+    fn audio_pages_read_the_same_from_any_offset_in_any_order() {
+        let prefix = vec![0x4f; 300];
+        let (mut backing, mut expected) = (prefix.clone(), Vec::new());
+        for (i, segments) in [3usize, 255, 17, 200, 1, 255, 60, 0, 90].into_iter().enumerate() {
+            let mut page = test_page(segments);
+            if segments == 200 {
+                let body = HEADER_LEN + segments + 10;
+                page[body..body + 5].copy_from_slice(b"OggS\0");
+                page[body + SERIAL_AT..body + SERIAL_AT + 4].copy_from_slice(&[1, 2, 3, 4]);
+            }
+            backing.extend(with_seq(page.clone(), 10 + i as u32));
+            expected.extend(with_seq(page, 17 + i as u32));
+        }
+        let src = Bytes(backing);
+        let audio_len = expected.len() as u64;
+        let pages = || {
+            let serial = Arc::new(StreamSerial::new(prefix.len() as u64));
+            AudioPages::new(prefix.len() as u64, audio_len, 7, serial)
+        };
+        let check = |pages: &AudioPages, pos: usize, len: usize| {
+            let len = len.min(expected.len() - pos);
+            let mut out = vec![0u8; len];
+            pages.read(pos as u64, &mut out, &src).unwrap();
+            assert_eq!(out, expected[pos..pos + len], "{len} bytes at {pos}");
+        };
+        let shared = pages();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..3000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let pos = (seed % audio_len) as usize;
+            let len = 1 + (seed >> 32) as usize % 40_000;
+            check(&shared, pos, len);
+            check(&pages(), pos, len);
+        }
+        for pos in (0..expected.len()).step_by(101) {
+            check(&shared, pos, 3000);
         }
     }
 
