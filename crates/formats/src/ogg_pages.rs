@@ -5,7 +5,6 @@
 
 use std::io;
 use std::ops::Range;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use base64::Engine;
@@ -13,8 +12,6 @@ use base64::Engine;
 use crate::layout::{span_union, Computed, Layout, SegmentSource};
 
 pub const HEADER_LEN: usize = 27;
-/// Largest page: header, 255 lacing values, 255 segments of 255 bytes.
-pub const MAX_PAGE_LEN: usize = HEADER_LEN + 255 + 255 * 255;
 /// Offset of the page sequence number and the checksum in a page header.
 const SEQ_AT: usize = 18;
 const CRC_AT: usize = 22;
@@ -55,12 +52,6 @@ fn declared_page_len(window: &[u8], at: usize) -> Option<usize> {
     let segments = h[26] as usize;
     let lacing = window.get(at + HEADER_LEN..at + HEADER_LEN + segments)?;
     Some(HEADER_LEN + segments + lacing.iter().map(|&l| l as usize).sum::<usize>())
-}
-
-/// Length of the page whose header starts `window[at..]`, if it has a page
-/// header and fits in the window (its checksum unchecked).
-fn page_len(window: &[u8], at: usize) -> Option<usize> {
-    declared_page_len(window, at).filter(|len| at + len <= window.len())
 }
 
 pub fn checksum_ok(page: &[u8]) -> bool {
@@ -289,25 +280,29 @@ impl Computed for HeaderPage {
 
 /// The original audio pages, from `offset` to the end of the file, with
 /// `seq_delta` added to each sequence number and the checksum recomputed.
+///
+/// Page boundaries are only ever found by walking the page chain forward
+/// from a known page start (the first audio page, or one an earlier read
+/// walked to). Searching for a capture pattern near a read instead can be
+/// fooled by audio bytes that look like a page of this stream.
 pub struct AudioPages {
     pub offset: u64,
     pub len: u64,
     pub seq_delta: u32,
     pub serial: Arc<StreamSerial>,
-    /// A known page start (backing offset) at or before recent reads, so
-    /// sequential reads walk forward instead of searching.
+    /// Where the last read's last page starts: a sequential read walks on
+    /// from there.
     hint: Mutex<u64>,
-    /// The longest page read so far: how far back from a read its page
-    /// can start.
-    longest: AtomicUsize,
+    /// Page starts walked to so far, ascending, about one per
+    /// `KNOWN_STRIDE` bytes: a read far from the last one walks from the
+    /// nearest, not from the first audio page.
+    known: Mutex<Vec<u64>>,
 }
 
-/// A page found in the backing file: where it starts and its total length.
-#[derive(Debug, Clone, Copy)]
-struct Found {
-    start: u64,
-    len: u64,
-}
+/// How far apart the page starts kept in `AudioPages::known` are.
+const KNOWN_STRIDE: u64 = 64 * 1024;
+/// Most backing bytes read at once while walking page headers.
+const WALK_CHUNK: usize = 256 * 1024;
 
 impl AudioPages {
     pub fn new(offset: u64, len: u64, seq_delta: u32, serial: Arc<StreamSerial>) -> AudioPages {
@@ -317,7 +312,7 @@ impl AudioPages {
             seq_delta,
             serial,
             hint: Mutex::new(offset),
-            longest: AtomicUsize::new(0),
+            known: Mutex::new(vec![offset]),
         }
     }
 
@@ -325,132 +320,72 @@ impl AudioPages {
         self.offset + self.len
     }
 
-    /// Length of the page of this stream whose header starts `window[at..]`:
-    /// its checksum holds, or (a damaged page, served as it is) the next
-    /// page or the end of the stream follows it.
-    fn page_len_in(window: &[u8], at: usize, serial: &[u8; 4], ends_stream: bool) -> Option<usize> {
-        let h = window.get(at..at + HEADER_LEN)?;
-        (&h[SERIAL_AT..SERIAL_AT + 4] == serial).then_some(())?;
-        let len = page_len(window, at)?;
-        let next = at + len;
-        let chains = window.get(next..next + 4) == Some(b"OggS") || (ends_stream && next == window.len());
-        (chains || checksum_ok(&window[at..next])).then_some(len)
+    /// The known page start nearest before `at`: the last read's last page,
+    /// or one kept in `known`.
+    fn walk_from(&self, at: u64) -> u64 {
+        let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let nearest = known[known.partition_point(|&k| k <= at).saturating_sub(1)];
+        drop(known);
+        let hint = *self.hint.lock().unwrap_or_else(|e| e.into_inner());
+        if hint <= at {
+            nearest.max(hint)
+        } else {
+            nearest
+        }
     }
 
-    /// The page that contains backing offset `at`: walk forward from the
-    /// hint when it is close, else look just before `at` for a page that
-    /// the next one follows, else search a wide window for a page header
-    /// whose checksum holds.
-    fn page_containing(&self, at: u64, src: &dyn SegmentSource) -> io::Result<Found> {
+    /// Keeps `start` (a page start found by walking) when no kept one is
+    /// within `KNOWN_STRIDE` of it.
+    fn remember(&self, start: u64) {
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let i = known.partition_point(|&k| k <= start);
+        let far_from_before = i > 0 && start - known[i - 1] >= KNOWN_STRIDE;
+        let far_from_after = known.get(i).is_none_or(|&next| next - start >= KNOWN_STRIDE);
+        if far_from_before && far_from_after {
+            known.insert(i, start);
+        }
+    }
+
+    /// Where the page that contains backing offset `at` starts, walking the page headers
+    /// from the nearest known page start, a chunk of backing bytes at a
+    /// time (a small read per header cost more than the bytes between).
+    fn page_containing(&self, at: u64, src: &dyn SegmentSource) -> io::Result<u64> {
         let serial = self.serial.get(src)?;
-        let hint = *self.hint.lock().unwrap_or_else(|e| e.into_inner());
-        let longest = self.longest.load(Ordering::Relaxed);
-        // A sequential read: the hint is the page before, or the one before
-        // that.
-        if hint <= at && at - hint < 2 * longest as u64 {
-            let mut start = hint;
-            loop {
-                let page = self.header_at(start, &serial, src)?;
-                if at < start + page.len {
+        let mut start = self.walk_from(at);
+        WALK.with_borrow_mut(|buf| loop {
+            let want = ((at - start) as usize + HEADER_LEN + 255)
+                .min(WALK_CHUNK)
+                .min((self.end() - start) as usize);
+            if buf.len() < want {
+                buf.resize(want, 0);
+            }
+            let chunk = &mut buf[..want];
+            src.read_backing(start, chunk)?;
+            let mut p = 0;
+            // Pages whose header and lacing are in the chunk.
+            while let Some(len) = chunk
+                .get(p..p + HEADER_LEN)
+                .and_then(|h| chunk.get(p + HEADER_LEN..p + HEADER_LEN + h[26] as usize))
+                .map(|lacing| HEADER_LEN + lacing.len() + lacing.iter().map(|&l| l as usize).sum::<usize>())
+            {
+                let page = start + p as u64;
+                if chunk[p..p + 5] != *b"OggS\0" || chunk[p + SERIAL_AT..p + SERIAL_AT + 4] != serial {
+                    return Err(invalid(format!("no Ogg page of this stream at offset {page}")));
+                }
+                if page + len as u64 > self.end() {
+                    return Err(invalid(format!("Ogg page at {page} runs past the end")));
+                }
+                self.remember(page);
+                if at < page + len as u64 {
                     return Ok(page);
                 }
-                start += page.len;
+                p += len;
             }
-        }
-        // Pages seen so far bound how far back the page starts; a longer
-        // one is found in a window as long as a page can be.
-        for back in [longest + 1, MAX_PAGE_LEN] {
-            if let Some(page) = self.page_near(at, back, &serial, src)? {
-                return Ok(page);
+            if p == 0 {
+                return Err(invalid(format!("truncated Ogg page at offset {start}")));
             }
-        }
-        let from = at.saturating_sub(MAX_PAGE_LEN as u64).max(self.offset);
-        let to = (at + MAX_PAGE_LEN as u64).min(self.end());
-        let mut window = vec![0u8; (to - from) as usize];
-        src.read_backing(from, &mut window)?;
-        let rel = (at - from) as usize;
-        for c in (0..=rel).rev() {
-            if let Some(len) = Self::page_len_in(&window, c, &serial, to == self.end()) {
-                if c + len > rel {
-                    return Ok(Found {
-                        start: from + c as u64,
-                        len: len as u64,
-                    });
-                }
-            }
-        }
-        Err(invalid(format!("no Ogg page found around offset {at}")))
-    }
-
-    /// The page containing `at` if it starts at most `back` bytes before
-    /// it: the last page header of this stream before `at` whose page
-    /// reaches `at` and is followed by another page or the end of the
-    /// stream. Concurrent reads (the kernel's read-ahead) start far from
-    /// the hint, and walking there header by header cost a small read per
-    /// page.
-    fn page_near(
-        &self,
-        at: u64,
-        back: usize,
-        serial: &[u8; 4],
-        src: &dyn SegmentSource,
-    ) -> io::Result<Option<Found>> {
-        let from = at.saturating_sub(back as u64).max(self.offset);
-        let to = (at + (HEADER_LEN + 255) as u64).min(self.end());
-        let mut window = vec![0u8; (to - from) as usize];
-        src.read_backing(from, &mut window)?;
-        // Candidates start at or before `at`, with a whole header in the window.
-        let mut below = ((at - from) as usize + 1).min(window.len().saturating_sub(HEADER_LEN - 1));
-        while let Some(c) = memchr::memrchr(b'O', &window[..below]) {
-            below = c;
-            if window[c..c + 5] != *b"OggS\0" || window[c + SERIAL_AT..c + SERIAL_AT + 4] != *serial {
-                continue;
-            }
-            let Some(len) = declared_page_len(&window, c) else {
-                continue;
-            };
-            let (start, next) = (from + c as u64, from + (c + len) as u64);
-            if next <= at || next > self.end() {
-                continue;
-            }
-            let chains = next == self.end() || {
-                let mut capture = [0u8; 4];
-                match window.get(c + len..c + len + 4) {
-                    Some(bytes) => capture.copy_from_slice(bytes),
-                    None => src.read_backing(next, &mut capture)?,
-                }
-                capture == *b"OggS"
-            };
-            if chains {
-                return Ok(Some(Found {
-                    start,
-                    len: len as u64,
-                }));
-            }
-        }
-        Ok(None)
-    }
-
-    /// The page whose header is at `start` (a known page boundary).
-    fn header_at(&self, start: u64, serial: &[u8; 4], src: &dyn SegmentSource) -> io::Result<Found> {
-        let avail = (self.end() - start).min((HEADER_LEN + 255) as u64) as usize;
-        let mut head = vec![0u8; avail];
-        src.read_backing(start, &mut head)?;
-        let h = head
-            .get(..HEADER_LEN)
-            .ok_or_else(|| invalid(format!("truncated Ogg page at {start}")))?;
-        if &h[..5] != b"OggS\0" || &h[SERIAL_AT..SERIAL_AT + 4] != serial {
-            return Err(invalid(format!("no Ogg page of this stream at offset {start}")));
-        }
-        let segments = h[26] as usize;
-        let lacing = head
-            .get(HEADER_LEN..HEADER_LEN + segments)
-            .ok_or_else(|| invalid(format!("truncated Ogg page at {start}")))?;
-        let len = (HEADER_LEN + segments) as u64 + lacing.iter().map(|&l| u64::from(l)).sum::<u64>();
-        if start + len > self.end() {
-            return Err(invalid(format!("Ogg page at {start} runs past the end")));
-        }
-        Ok(Found { start, len })
+            start += p as u64;
+        })
     }
 }
 
@@ -473,17 +408,17 @@ impl Computed for AudioPages {
         // Backing bytes from the first page on, read once and extended only
         // as needed: a page's body is served as it is, and only a page whose
         // header the request touches needs all its bytes (for the checksum).
-        let limit = (self.end() - first.start) as usize;
-        let wanted = (at - first.start) as usize + out.len() + HEADER_LEN + 255;
+        let limit = (self.end() - first) as usize;
+        let wanted = (at - first) as usize + out.len() + HEADER_LEN + 255;
         SPAN.with_borrow_mut(|span| {
             span.filled = 0;
             // The requested bytes and the next page header in one read;
             // only the last page may need more.
-            span.extend(first.start, wanted.min(limit), src)?;
-            let (mut p, mut done, mut last, mut longest) = (0usize, 0usize, first.start, 0usize);
+            span.extend(first, wanted.min(limit), src)?;
+            let (mut p, mut done, mut last) = (0usize, 0usize, first);
             while done < out.len() {
-                let start = first.start + p as u64;
-                span.extend(first.start, (p + HEADER_LEN + 255).min(limit), src)?;
+                let start = first + p as u64;
+                span.extend(first, (p + HEADER_LEN + 255).min(limit), src)?;
                 let bytes = span.bytes();
                 let len = declared_page_len(bytes, p)
                     .filter(|_| bytes[p + SERIAL_AT..p + SERIAL_AT + 4] == serial)
@@ -500,7 +435,7 @@ impl Computed for AudioPages {
                 }
                 let from = (at + done as u64).saturating_sub(start) as usize;
                 let n = (out.len() - done).min(len - from);
-                span.extend(first.start, p + from + n, src)?;
+                span.extend(first, p + from + n, src)?;
                 let bytes = span.bytes_mut();
                 if from < CRC_AT + 4 {
                     renumber(&mut bytes[p..], len, self.seq_delta);
@@ -508,11 +443,10 @@ impl Computed for AudioPages {
                 out[done..done + n].copy_from_slice(&bytes[p + from..p + from + n]);
                 done += n;
                 last = start;
-                longest = longest.max(len);
                 p += len;
             }
             *self.hint.lock().unwrap_or_else(|e| e.into_inner()) = last;
-            self.longest.fetch_max(longest, Ordering::Relaxed);
+            self.remember(last);
             Ok(())
         })
     }
@@ -614,6 +548,8 @@ fn mul_mod(a: u32, b: u32) -> u32 {
 thread_local! {
     /// Backing bytes of the pages a read touches, reused across reads.
     static SPAN: std::cell::RefCell<Span> = std::cell::RefCell::new(Span::default());
+    /// Backing bytes walked to find a read's first page, reused across reads.
+    static WALK: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 #[cfg(test)]
@@ -740,24 +676,36 @@ mod tests {
     }
 
     /// Pages of very different lengths (one body holds a capture pattern
-    /// and this stream's serial) read the same, renumbered, from any offset
-    /// and in any order, whichever page the previous read ended in.
+    /// and this stream's serial, another a whole page of this stream) read
+    /// the same, renumbered, from any offset and in any order, whichever
+    /// page the previous read ended in.
     #[test]
     fn audio_pages_read_the_same_from_any_offset_in_any_order() {
         let prefix = vec![0x4f; 300];
         let (mut backing, mut expected) = (prefix.clone(), Vec::new());
-        for (i, segments) in [3usize, 255, 17, 200, 1, 255, 60, 0, 90].into_iter().enumerate() {
+        // Over 256 KiB of pages, so a walk takes several chunks.
+        let lengths = [3usize, 255, 17, 200, 1, 255, 60, 0, 90].repeat(12);
+        for (i, segments) in lengths.into_iter().enumerate() {
             let mut page = test_page(segments);
             if segments == 200 {
                 let body = HEADER_LEN + segments + 10;
                 page[body..body + 5].copy_from_slice(b"OggS\0");
                 page[body + SERIAL_AT..body + SERIAL_AT + 4].copy_from_slice(&[1, 2, 3, 4]);
             }
+            if segments == 255 && i % 9 == 5 {
+                // A whole valid page of this stream inside the body, and
+                // the capture pattern after it.
+                let inner = test_page(4);
+                let body = HEADER_LEN + segments + 100;
+                page[body..body + inner.len()].copy_from_slice(&inner);
+                page[body + inner.len()..body + inner.len() + 4].copy_from_slice(b"OggS");
+            }
             backing.extend(with_seq(page.clone(), 10 + i as u32));
             expected.extend(with_seq(page, 17 + i as u32));
         }
         let src = Bytes(backing);
         let audio_len = expected.len() as u64;
+        assert!(audio_len > 2 * WALK_CHUNK as u64, "{audio_len} bytes of pages");
         let pages = || {
             let serial = Arc::new(StreamSerial::new(prefix.len() as u64));
             AudioPages::new(prefix.len() as u64, audio_len, 7, serial)
