@@ -69,6 +69,14 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
         if id3v1::is_tag(&tail) {
             v1 = id3v1::parse(&tail);
             end -= id3v1::LEN;
+            // A tagger that appended a new ID3v1 tag instead of replacing the
+            // old one left both. The old one is a stale tag, not audio: served
+            // at the end of the audio, it would be read as the tag.
+            while end >= start + id3v1::LEN
+                && id3v1::is_tag(&src.read(end - id3v1::LEN, id3v1::LEN, "ID3v1 tag")?)
+            {
+                end -= id3v1::LEN;
+            }
             if end >= start + id3v1::ENHANCED_LEN
                 && src.read(end - id3v1::ENHANCED_LEN, 4, "enhanced ID3v1 tag")? == b"TAG+"
             {
@@ -114,6 +122,28 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn id3v1_tag(title: &str) -> Vec<u8> {
+        let mut tag = b"TAG".to_vec();
+        tag.extend_from_slice(title.as_bytes());
+        tag.resize(id3v1::LEN as usize, 0);
+        tag
+    }
+
+    #[test]
+    fn a_stale_id3v1_tag_before_the_last_is_not_audio() {
+        let mut frame = vec![0u8; 417];
+        frame[..4].copy_from_slice(&[0xff, 0xfb, 0x90, 0x00]);
+        let audio = frame.repeat(3);
+        let file = [audio.clone(), id3v1_tag("Old"), id3v1_tag("New")].concat();
+        let p = probe(&Source::new(&file as &dyn crate::ReadAt, file.len() as u64)).unwrap();
+        assert_eq!((p.audio_offset, p.audio_length), (0, audio.len() as u64));
+        assert!(
+            p.tags.contains(&("title".to_string(), "New".to_string())),
+            "{:?}",
+            p.tags
+        );
+    }
 
     #[test]
     fn frame_lengths() {
