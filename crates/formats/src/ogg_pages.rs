@@ -346,9 +346,10 @@ impl AudioPages {
         }
     }
 
-    /// Where the page that contains backing offset `at` starts, walking the page headers
-    /// from the nearest known page start, a chunk of backing bytes at a
-    /// time (a small read per header cost more than the bytes between).
+    /// Where the page that contains backing offset `at` starts: the page
+    /// headers walked from the nearest known page start, a chunk of backing
+    /// bytes at a time (a small read per header cost more than the bytes
+    /// between).
     fn page_containing(&self, at: u64, src: &dyn SegmentSource) -> io::Result<u64> {
         let serial = self.serial.get(src)?;
         let mut start = self.walk_from(at);
@@ -362,16 +363,15 @@ impl AudioPages {
             let chunk = &mut buf[..want];
             src.read_backing(start, chunk)?;
             let mut p = 0;
-            // Pages whose header and lacing are in the chunk.
-            while let Some(len) = chunk
-                .get(p..p + HEADER_LEN)
-                .and_then(|h| chunk.get(p + HEADER_LEN..p + HEADER_LEN + h[26] as usize))
-                .map(|lacing| HEADER_LEN + lacing.len() + lacing.iter().map(|&l| l as usize).sum::<usize>())
-            {
+            while let Some(head) = chunk.get(p..p + HEADER_LEN) {
                 let page = start + p as u64;
-                if chunk[p..p + 5] != *b"OggS\0" || chunk[p + SERIAL_AT..p + SERIAL_AT + 4] != serial {
+                if head[..5] != *b"OggS\0" || head[SERIAL_AT..SERIAL_AT + 4] != serial {
                     return Err(invalid(format!("no Ogg page of this stream at offset {page}")));
                 }
+                // None: the lacing runs past the chunk; the next one starts here.
+                let Some(len) = declared_page_len(chunk, p) else {
+                    break;
+                };
                 if page + len as u64 > self.end() {
                     return Err(invalid(format!("Ogg page at {page} runs past the end")));
                 }
