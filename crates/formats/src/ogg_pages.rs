@@ -342,7 +342,7 @@ impl AudioPages {
         }
     }
 
-    /// Keeps `start` (a page start found by walking) when no kept one is
+    /// Keeps `start` (a page start a read reached) when no kept one is
     /// within `KNOWN_STRIDE` of it.
     fn remember(&self, start: u64) {
         let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
