@@ -16,9 +16,10 @@ pub struct ApeTag {
     pub pictures: Vec<ScannedPicture>,
 }
 
-/// Reads the APE tag whose footer ends at `end`, if there is one.
-pub fn read_before(src: &Source<'_>, end: u64) -> Result<Option<ApeTag>> {
-    if end < FOOTER_LEN {
+/// Reads the APE tag whose footer ends at `end`, if there is one after
+/// `floor` (where the leading tag ends).
+pub fn read_before(src: &Source<'_>, floor: u64, end: u64) -> Result<Option<ApeTag>> {
+    if end < floor + FOOTER_LEN {
         return Ok(None);
     }
     let footer = src.read(end - FOOTER_LEN, FOOTER_LEN, "APE footer")?;
@@ -29,7 +30,7 @@ pub fn read_before(src: &Source<'_>, end: u64) -> Result<Option<ApeTag>> {
     let count = le_u32(&footer[16..]);
     let flags = le_u32(&footer[20..]);
     let header = if flags & (1 << 31) != 0 { FOOTER_LEN } else { 0 };
-    if size < FOOTER_LEN || size + header > end {
+    if size < FOOTER_LEN || size + header > end - floor {
         return malformed(format!("APE tag size {size} does not fit before offset {end}"));
     }
     let start = end - size - header;
@@ -91,9 +92,10 @@ fn parse_items(b: &[u8], count: u32) -> (Vec<(String, String)>, Vec<ScannedPictu
     (tags.finish(), pictures)
 }
 
-/// Start of a Lyrics3v2 block ending at `end` (before an ID3v1 tag), if any.
-pub fn lyrics3_before(src: &Source<'_>, end: u64) -> Result<Option<u64>> {
-    if end < 15 {
+/// Start of a Lyrics3v2 block ending at `end` (before an ID3v1 tag), if
+/// there is one after `floor`.
+pub fn lyrics3_before(src: &Source<'_>, floor: u64, end: u64) -> Result<Option<u64>> {
+    if end < floor + 15 {
         return Ok(None);
     }
     let tail = src.read(end - 15, 15, "Lyrics3 footer")?;
@@ -104,7 +106,7 @@ pub fn lyrics3_before(src: &Source<'_>, end: u64) -> Result<Option<u64>> {
         Some(n) => n,
         None => return Ok(None),
     };
-    let Some(start) = (end - 15).checked_sub(size) else {
+    let Some(start) = (end - 15).checked_sub(size).filter(|&start| start >= floor) else {
         return Ok(None);
     };
     let begin = src.read(start, 11, "Lyrics3 header")?;

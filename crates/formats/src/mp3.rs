@@ -86,9 +86,11 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
     }
     let mut ape_tags = Vec::new();
     loop {
-        if let Some(lyrics_start) = ape::lyrics3_before(src, end)? {
+        // None of them reaches into the leading tag: bytes there (a tag
+        // value that reads "APETAGEX") are not a trailing tag's.
+        if let Some(lyrics_start) = ape::lyrics3_before(src, start, end)? {
             end = lyrics_start;
-        } else if let Some(tag) = ape::read_before(src, end)? {
+        } else if let Some(tag) = ape::read_before(src, start, end)? {
             end = tag.start;
             ape_tags = tag.tags;
             probe.pictures.extend(tag.pictures);
