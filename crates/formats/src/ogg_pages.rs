@@ -293,16 +293,20 @@ pub struct AudioPages {
     pub len: u64,
     pub seq_delta: u32,
     pub serial: Arc<StreamSerial>,
-    /// Where the last read's last page starts: a sequential read walks on
-    /// from there.
-    hint: Mutex<u64>,
-    /// Page starts walked to so far, ascending, about one per
-    /// `KNOWN_STRIDE` bytes: a read far from the last one walks from the
-    /// nearest, not from the first audio page.
-    known: Mutex<Vec<u64>>,
+    starts: Mutex<KnownStarts>,
 }
 
-/// How far apart the page starts kept in `AudioPages::known` are.
+/// Page starts reads have reached.
+struct KnownStarts {
+    /// Where the last read's last page starts: a sequential read walks on
+    /// from there.
+    last: u64,
+    /// Ascending, about one per `KNOWN_STRIDE` bytes: a read far from the
+    /// last one walks from the nearest, not from the first audio page.
+    kept: Vec<u64>,
+}
+
+/// How far apart the page starts in `KnownStarts::kept` are.
 const KNOWN_STRIDE: u64 = 64 * 1024;
 /// Most backing bytes read at once while walking page headers.
 const WALK_CHUNK: usize = 256 * 1024;
@@ -319,8 +323,10 @@ impl AudioPages {
             len,
             seq_delta,
             serial,
-            hint: Mutex::new(offset),
-            known: Mutex::new(vec![offset]),
+            starts: Mutex::new(KnownStarts {
+                last: offset,
+                kept: vec![offset],
+            }),
         }
     }
 
@@ -328,32 +334,9 @@ impl AudioPages {
         self.offset + self.len
     }
 
-    /// The known page start nearest before `at`: the last read's last page,
-    /// or one kept in `known`.
-    fn walk_from(&self, at: u64) -> u64 {
-        let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
-        let nearest = known[known.partition_point(|&k| k <= at).saturating_sub(1)];
-        drop(known);
-        let hint = *self.hint.lock().unwrap_or_else(|e| e.into_inner());
-        if hint <= at {
-            nearest.max(hint)
-        } else {
-            nearest
-        }
+    fn starts(&self) -> std::sync::MutexGuard<'_, KnownStarts> {
+        self.starts.lock().unwrap_or_else(|e| e.into_inner())
     }
-
-    /// Keeps `start` (a page start a read reached) when no kept one is
-    /// within `KNOWN_STRIDE` of it.
-    fn remember(&self, start: u64) {
-        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
-        let i = known.partition_point(|&k| k <= start);
-        let far_from_before = i > 0 && start - known[i - 1] >= KNOWN_STRIDE;
-        let far_from_after = known.get(i).is_none_or(|&next| next - start >= KNOWN_STRIDE);
-        if far_from_before && far_from_after {
-            known.insert(i, start);
-        }
-    }
-
     /// The page containing `at` found near it, far from any known page
     /// start: the last page header of this stream before `at` whose page
     /// reaches `at`, has a valid checksum and is followed by a header of
@@ -374,7 +357,7 @@ impl AudioPages {
         let is_header = |c: usize| {
             window
                 .get(c..c + HEADER_LEN)
-                .is_some_and(|h| h[..5] == *b"OggS\0" && h[SERIAL_AT..SERIAL_AT + 4] == *serial)
+                .is_some_and(|h| heads_page_of(h, serial))
         };
         for c in (0..=(at - from) as usize).rev() {
             if !is_header(c) {
@@ -398,7 +381,7 @@ impl AudioPages {
     /// between).
     fn page_containing(&self, at: u64, src: &dyn SegmentSource) -> io::Result<u64> {
         let serial = self.serial.get(src)?;
-        let mut start = self.walk_from(at);
+        let mut start = self.starts().nearest_before(at);
         if at - start > SEARCH_BEYOND {
             if let Some(page) = self.checked_page_near(at, &serial, src)? {
                 return Ok(page);
@@ -411,12 +394,14 @@ impl AudioPages {
             if buf.len() < want {
                 buf.resize(want, 0);
             }
+            // One page start kept per chunk walked.
+            self.starts().keep(start);
             let chunk = &mut buf[..want];
             src.read_backing(start, chunk)?;
             let mut p = 0;
             while let Some(head) = chunk.get(p..p + HEADER_LEN) {
                 let page = start + p as u64;
-                if head[..5] != *b"OggS\0" || head[SERIAL_AT..SERIAL_AT + 4] != serial {
+                if !heads_page_of(head, &serial) {
                     return Err(invalid(format!("no Ogg page of this stream at offset {page}")));
                 }
                 // None: the lacing runs past the chunk; the next one starts here.
@@ -426,7 +411,6 @@ impl AudioPages {
                 if page + len as u64 > self.end() {
                     return Err(invalid(format!("Ogg page at {page} runs past the end")));
                 }
-                self.remember(page);
                 if at < page + len as u64 {
                     return Ok(page);
                 }
@@ -438,6 +422,35 @@ impl AudioPages {
             start += p as u64;
         })
     }
+}
+
+impl KnownStarts {
+    /// The known page start nearest before `at`.
+    fn nearest_before(&self, at: u64) -> u64 {
+        let kept = self.kept[self.kept.partition_point(|&k| k <= at).saturating_sub(1)];
+        if self.last <= at {
+            kept.max(self.last)
+        } else {
+            kept
+        }
+    }
+
+    /// Keeps `start` (a page start a read reached) when no kept one is
+    /// within `KNOWN_STRIDE` of it.
+    fn keep(&mut self, start: u64) {
+        let i = self.kept.partition_point(|&k| k <= start);
+        let far_from_before = i > 0 && start - self.kept[i - 1] >= KNOWN_STRIDE;
+        let far_from_after = self.kept.get(i).is_none_or(|&next| next - start >= KNOWN_STRIDE);
+        if far_from_before && far_from_after {
+            self.kept.insert(i, start);
+        }
+    }
+}
+
+/// Whether `head` (a page header's first bytes) starts a page of the
+/// stream with this serial number.
+fn heads_page_of(head: &[u8], serial: &[u8; 4]) -> bool {
+    head[..5] == *b"OggS\0" && head[SERIAL_AT..SERIAL_AT + 4] == *serial
 }
 
 impl Computed for AudioPages {
@@ -472,7 +485,7 @@ impl Computed for AudioPages {
                 span.extend(first, (p + HEADER_LEN + 255).min(limit), src)?;
                 let bytes = span.bytes();
                 let len = declared_page_len(bytes, p)
-                    .filter(|_| bytes[p + SERIAL_AT..p + SERIAL_AT + 4] == serial)
+                    .filter(|_| heads_page_of(&bytes[p..], &serial))
                     .ok_or_else(|| invalid(format!("no Ogg page of this stream at offset {start}")))?;
                 if p + len > limit {
                     return Err(invalid(format!("Ogg page at {start} runs past the end")));
@@ -496,8 +509,9 @@ impl Computed for AudioPages {
                 last = start;
                 p += len;
             }
-            *self.hint.lock().unwrap_or_else(|e| e.into_inner()) = last;
-            self.remember(last);
+            let mut starts = self.starts();
+            starts.last = last;
+            starts.keep(last);
             Ok(())
         })
     }
