@@ -9,6 +9,7 @@
 
 mod known;
 mod model;
+mod scanned_dirs;
 mod store;
 
 pub use known::KnownStamps;
@@ -16,8 +17,9 @@ pub use model::{
     ArtLink, BackingPart, Format, NewArt, PartKind, ScannedPicture, ScannedTrack, Stamps, TrackRow,
 };
 pub use rusqlite::Transaction;
+pub use scanned_dirs::{DirEntry, DirStamp, EntryKind, ScannedDir};
 pub use store::{
-    add_tag, delete_orphan_art, insert_art, move_track, record_failure, remove_art, remove_failure,
-    remove_track, set_art, set_tag, sha256_hex, trim_change_log, write_scanned, PathMap, Result, Store,
-    StoreError, SCHEMA_VERSION,
+    add_tag, delete_orphan_art, forget_scanned_dir, forget_scanned_dirs, insert_art, move_track,
+    record_failure, remove_art, remove_failure, remove_track, save_scanned_dir, set_art, set_tag, sha256_hex,
+    trim_change_log, write_scanned, PathMap, Result, Store, StoreError, SCHEMA_VERSION,
 };

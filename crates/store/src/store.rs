@@ -9,12 +9,17 @@ use sha2::{Digest, Sha256};
 
 use crate::known::KnownStamps;
 use crate::model::{ArtLink, BackingPart, Format, NewArt, PartKind, ScannedTrack, Stamps, TrackRow};
+use crate::scanned_dirs::{DirStamp, ScannedDir};
 
 /// Schema version this binary writes, kept in `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Migrations, index i upgrades a store from version i to i + 1.
-const MIGRATIONS: &[&str] = &[include_str!("schema.sql"), include_str!("schema_v2.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("schema.sql"),
+    include_str!("schema_v2.sql"),
+    include_str!("schema_v3.sql"),
+];
 
 /// `passthrough` of tracks that schema version 2 found without the
 /// structure it needs (written by `schema_v2.sql`).
@@ -287,6 +292,35 @@ impl Store {
             known.push(path, r.get(1)?, stamps);
         }
         Ok(known)
+    }
+
+    /// What the last scan saw in each folder, by path. Rows that cannot
+    /// be read as such are left out (their folders are listed again).
+    pub fn scanned_dirs(&self) -> Result<PathMap<ScannedDir>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT path, device, inode, mtime_ns, ctime_ns, skipped, entries FROM scanned_dirs")?;
+        let mut out = PathMap::default();
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            let row = (|| -> rusqlite::Result<(String, ScannedDir)> {
+                let dir = ScannedDir {
+                    stamp: DirStamp {
+                        device: r.get::<_, i64>(1)? as u64,
+                        inode: r.get::<_, i64>(2)? as u64,
+                        mtime_ns: r.get(3)?,
+                        ctime_ns: r.get(4)?,
+                    },
+                    skipped_by_name: r.get::<_, i64>(5)?.max(0) as u64,
+                    entries: r.get(6)?,
+                };
+                Ok((r.get(0)?, dir))
+            })();
+            if let Ok((path, dir)) = row {
+                out.insert(path, dir);
+            }
+        }
+        Ok(out)
     }
 
     /// Content fingerprints of the given tracks (those that have one).
@@ -782,4 +816,35 @@ pub fn delete_orphan_art(tx: &Transaction<'_>) -> Result<usize> {
         "DELETE FROM art WHERE NOT EXISTS (SELECT 1 FROM track_art l WHERE l.art_sha256 = art.sha256)",
         [],
     )?)
+}
+
+/// Records what a scan saw in the folder at `path`.
+pub fn save_scanned_dir(tx: &Transaction, path: &str, dir: &ScannedDir) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO scanned_dirs (path, device, inode, mtime_ns, ctime_ns, skipped, entries) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        path,
+        dir.stamp.device as i64,
+        dir.stamp.inode as i64,
+        dir.stamp.mtime_ns,
+        dir.stamp.ctime_ns,
+        dir.skipped_by_name as i64,
+        dir.entries
+    ])?;
+    Ok(())
+}
+
+/// Forgets the folder at `path`: the next scan lists it again.
+pub fn forget_scanned_dir(tx: &Transaction, path: &str) -> Result<()> {
+    tx.prepare_cached("DELETE FROM scanned_dirs WHERE path = ?1")?
+        .execute([path])?;
+    Ok(())
+}
+
+/// Forgets every folder: the next scan lists them all again.
+pub fn forget_scanned_dirs(tx: &Transaction) -> Result<()> {
+    tx.execute("DELETE FROM scanned_dirs", [])?;
+    Ok(())
 }
