@@ -70,6 +70,13 @@ pub struct ScanArgs {
     /// Remove tracks whose backing file is gone.
     #[arg(long)]
     pub prune: bool,
+    /// List every folder again. By default a re-scan on a local file system
+    /// (ext4, XFS, Btrfs, tmpfs, F2FS, ZFS, bcachefs) lists only folders
+    /// whose ctime changed since the last scan and stats every file in the
+    /// others; use this after changing the store by hand or if a file added
+    /// to the library was not found.
+    #[arg(long)]
+    pub full: bool,
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,

@@ -21,6 +21,7 @@ pub fn run(a: ScanArgs) -> anyhow::Result<()> {
         follow_symlinks: a.follow_symlinks,
         jobs,
         prune: a.prune,
+        full: a.full,
     };
     let bar = if std::io::stderr().is_terminal() {
         ProgressBar::new_spinner()

@@ -100,6 +100,7 @@ fn scanned(dir: &Path, lib: &Path) -> (PathBuf, Vec<TrackRow>) {
         follow_symlinks: false,
         jobs: 2,
         prune: false,
+        full: false,
     };
     scan(&mut db, &opts, &|_| {}).unwrap();
     let mut tracks = Vec::new();

@@ -2,14 +2,20 @@
 //! bounded reads, write results through one writer in batched transactions.
 
 use std::collections::{HashMap, HashSet};
+use std::ffi::CString;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use retagfs_formats::{probe, ProbeError, ReadAt, Source};
-use retagfs_store::{self as store, ScannedPicture, ScannedTrack, Stamps, Store};
+use retagfs_store::{
+    self as store, DirEntry, EntryKind, KnownStamps, PathMap, ScannedDir, ScannedDirs, ScannedPicture,
+    ScannedTrack, Stamps, Store,
+};
+
+use crate::walk::{DirCache, Walked};
 use sha2::{Digest, Sha256};
 
 /// Results written per transaction.
@@ -41,7 +47,30 @@ pub struct ScanOptions {
     pub follow_symlinks: bool,
     pub jobs: usize,
     pub prune: bool,
+    /// List every folder again instead of taking unchanged ones from the
+    /// last scan's record.
+    pub full: bool,
 }
+
+/// File systems (`statfs` magic numbers) on which adding, removing or
+/// renaming an entry always changes its folder's ctime, read from the
+/// local kernel's own inode: ext2/3/4, XFS, Btrfs, tmpfs, F2FS, ZFS,
+/// bcachefs. Folders elsewhere (NFS, SMB, FUSE, FAT's 2-second times) are
+/// listed on every scan.
+const LOCAL_FILE_SYSTEMS: &[i64] = &[
+    0xEF53,
+    0x5846_5342,
+    0x9123_683E,
+    0x0102_1994,
+    0xF2F5_2010,
+    0x2FC1_2FC1,
+    0xCA45_1A4E,
+];
+
+/// A folder is recorded only if its ctime is at least this much older than
+/// the scan: a change within the same tick of a coarse clock could
+/// otherwise leave the ctime the scan saw.
+const SETTLE_NS: i64 = 1_000_000_000;
 
 /// What a scan did.
 #[derive(Debug, Default, Clone)]
@@ -75,6 +104,8 @@ struct Job {
     path: String,
     stamps: Stamps,
     existing: Option<i64>,
+    /// Its index in the walk's files.
+    index: usize,
 }
 
 enum Outcome {
@@ -201,55 +232,105 @@ pub fn scan(
     progress: &(dyn Fn(Progress) + Sync),
 ) -> anyhow::Result<ScanSummary> {
     let started = Instant::now();
+    let started_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64);
     let roots = check_roots(&opts.roots)?;
     let mut summary = ScanSummary::default();
     let wanted = |name: &str| !name.starts_with("._") && !extension_in(name, NOT_AUDIO);
-    // The store's stamps are read while the walk runs.
-    let (walked, known) = std::thread::scope(|s| {
+    // Folders are recorded for one root walked without following symlinks
+    // (every folder reached once, by one path).
+    let devices = match roots.as_slice() {
+        [root] if !opts.follow_symlinks => trusted_devices(root),
+        _ => Vec::new(),
+    };
+    let previous = if devices.is_empty() {
+        ScannedDirs::default()
+    } else {
+        db.scanned_dirs()?
+    };
+    tracing::debug!(
+        "read {} recorded folders at {:?}",
+        previous.len(),
+        started.elapsed()
+    );
+    let nothing = ScannedDirs::default();
+    let cache = (!devices.is_empty()).then(|| DirCache {
+        previous: if opts.full { &nothing } else { &previous },
+        devices: &devices,
+    });
+    // The store's stamps are read while the walk runs, unless the record
+    // of folders may well show that nothing changed.
+    let expect_unchanged = cache.as_ref().is_some_and(|c| !c.previous.is_empty());
+    let (mut walked, known) = std::thread::scope(|s| {
         let walk = s.spawn(|| {
-            crate::walk::walk(&roots, opts.follow_symlinks, opts.jobs, &wanted, &|n| {
-                progress(Progress::Walking(n))
-            })
+            let on_progress = |n| progress(Progress::Walking(n));
+            crate::walk::walk(
+                &roots,
+                opts.follow_symlinks,
+                opts.jobs,
+                &wanted,
+                &on_progress,
+                cache.as_ref(),
+            )
         });
-        let known = db
-            .known_stamps()
-            .and_then(|known| Ok((known, db.failure_stamps()?)));
-        tracing::debug!("read stamps from the store at {:?}", started.elapsed());
+        let known = (!expect_unchanged).then(|| load_known(db));
         (walk.join().expect("walk panicked"), known)
     });
-    let (known, mut known_failures) = known?;
     tracing::debug!("walked {} files at {:?}", walked.files.len(), started.elapsed());
-    summary.skipped += walked.skipped;
+    if expect_unchanged && nothing_changed(&walked) {
+        summary.unchanged = walked.reused.tracks;
+        summary.failed = walked.reused.failures;
+        summary.skipped = walked.reused.not_audio + walked.reused.skipped_by_name;
+        let tx = db.write()?;
+        store::trim_change_log(&tx, CHANGE_LOG_KEEP)?;
+        tx.commit()?;
+        summary.elapsed = started.elapsed();
+        return Ok(summary);
+    }
+    let (known, mut known_failures) = match known {
+        Some(known) => known?,
+        None => load_known(db)?,
+    };
+    tracing::debug!("read stamps from the store at {:?}", started.elapsed());
+    add_reused_files(&mut walked, &previous);
+    summary.skipped += walked.skipped + walked.reused.skipped_by_name;
     summary.failed += walked.failures.len() as u64;
-    summary.failures.extend(walked.failures);
+    summary.failures.extend(walked.failures.iter().cloned());
 
     // Each file found marks its row seen: the rows left unseen are gone.
+    // What each file turned out to be is recorded with its folder.
     let mut seen = vec![false; known.len()];
+    let mut kinds: Vec<Option<EntryKind>> = vec![None; walked.files.len()];
     let mut todo = Vec::new();
-    for (path, stamps) in walked.files {
+    for (index, (path, stamps)) in walked.files.iter().enumerate() {
+        let stamps = *stamps;
         let failure = (!known_failures.is_empty())
-            .then(|| known_failures.remove(&path))
+            .then(|| known_failures.remove(path))
             .flatten();
-        match known.find(&path) {
+        let existing = match known.find(path) {
             Some(row) => {
                 seen[row] = true;
                 if known.stamps(row) == stamps {
                     summary.unchanged += 1;
-                } else {
-                    todo.push(Job {
-                        path,
-                        stamps,
-                        existing: Some(known.id(row)),
-                    });
+                    kinds[index] = Some(EntryKind::Track);
+                    continue;
                 }
+                Some(known.id(row))
             }
-            None if failure == Some(stamps) => summary.failed += 1,
-            None => todo.push(Job {
-                path,
-                stamps,
-                existing: None,
-            }),
-        }
+            None if failure == Some(stamps) => {
+                summary.failed += 1;
+                kinds[index] = Some(EntryKind::Failure);
+                continue;
+            }
+            None => None,
+        };
+        todo.push(Job {
+            path: path.clone(),
+            stamps,
+            existing,
+            index,
+        });
     }
     let mut missing: Vec<i64> = (0..known.len())
         .filter(|&row| !seen[row] && under_roots(known.path(row), &roots))
@@ -280,12 +361,18 @@ pub fn scan(
                 }
             }
         });
-        write_results(db, res_rx, &mut moved_from, &mut moved, &mut summary, progress)
+        let mut results = Results {
+            moved_from: &mut moved_from,
+            moved: &mut moved,
+            kinds: &mut kinds,
+            summary: &mut summary,
+        };
+        write_results(db, res_rx, &mut results, progress)
     });
     write_result?;
 
     tracing::debug!("probed and written at {:?}", started.elapsed());
-    let still_missing: Vec<i64> = missing.into_iter().filter(|id| !moved.contains(id)).collect();
+    let still_missing: HashSet<i64> = missing.into_iter().filter(|id| !moved.contains(id)).collect();
     let tx = db.write()?;
     for path in &gone_failures {
         store::remove_failure(&tx, path)?;
@@ -299,21 +386,189 @@ pub fn scan(
     } else {
         summary.missing = still_missing.len() as u64;
     }
+    if cache.is_some() {
+        // Folders holding (at any depth) a track kept without its file are
+        // listed again next time, so that it is reported again.
+        let kept: Vec<&str> = (0..known.len())
+            .filter(|&row| !opts.prune && still_missing.contains(&known.id(row)))
+            .map(|row| known.path(row))
+            .collect();
+        let folders = Folders {
+            walked: &walked,
+            kinds: &kinds,
+            previous: &previous,
+            roots: &roots,
+            settled_before_ns: started_ns - SETTLE_NS,
+        };
+        folders.record(&tx, &ancestors(&kept))?;
+    } else {
+        // Files found through symlinks or several roots at once are not in
+        // the record: it would no longer tell the whole story.
+        store::forget_scanned_dirs(&tx)?;
+    }
     store::trim_change_log(&tx, CHANGE_LOG_KEEP)?;
     tx.commit()?;
     summary.elapsed = started.elapsed();
     Ok(summary)
 }
 
+/// The store's stamps of every track and recorded failure.
+fn load_known(db: &Store) -> store::Result<(KnownStamps, PathMap<Stamps>)> {
+    Ok((db.known_stamps()?, db.failure_stamps()?))
+}
+
+/// Devices whose folders may be recorded and taken from the record: the
+/// root's, if it is a local file system (see [`LOCAL_FILE_SYSTEMS`]).
+fn trusted_devices(root: &Path) -> Vec<u64> {
+    // `f_type` is a different integer type on other architectures.
+    #[allow(clippy::unnecessary_cast)]
+    let local = rustix::fs::statfs(root).is_ok_and(|fs| LOCAL_FILE_SYSTEMS.contains(&(fs.f_type as i64)));
+    if !local {
+        return Vec::new();
+    }
+    crate::walk::device_of(root).map(|d| vec![d]).unwrap_or_default()
+}
+
+/// Whether the walk took every folder from the record and found every
+/// file as it was.
+fn nothing_changed(walked: &Walked) -> bool {
+    walked.files.is_empty()
+        && walked.failures.is_empty()
+        && walked.unreadable == 0
+        && walked.dirs.iter().all(|d| d.from_cache)
+}
+
+/// Adds the files and subfolders of folders taken from the record to
+/// what the walk found, as if they had been listed.
+fn add_reused_files(walked: &mut Walked, previous: &ScannedDirs) {
+    for dir in walked.dirs.iter_mut().filter(|d| d.from_cache) {
+        let Some(recorded) = previous.get(&dir.path) else {
+            continue;
+        };
+        let entries = recorded.entries();
+        let start = walked.files.len();
+        for entry in entries.into_iter().flatten() {
+            let Ok(name) = entry.name.to_str() else {
+                dir.recordable = false;
+                continue;
+            };
+            if entry.kind == EntryKind::Dir {
+                dir.subdirs.push(name.to_string());
+            } else {
+                walked.files.push((format!("{}/{name}", dir.path), entry.stamps));
+            }
+        }
+        dir.files = start..walked.files.len();
+        dir.skipped_by_name = recorded.skipped_by_name;
+    }
+}
+
+/// Every folder above the given paths (each path's parent, its parent ...).
+fn ancestors<'a>(paths: &[&'a str]) -> HashSet<&'a str> {
+    let mut out = HashSet::new();
+    for path in paths {
+        let mut rest = *path;
+        while let Some((parent, _)) = rest.rsplit_once('/') {
+            if parent.is_empty() || !out.insert(parent) {
+                break;
+            }
+            rest = parent;
+        }
+    }
+    out
+}
+
+/// What a scan found in each folder, to record for the next one.
+struct Folders<'a> {
+    walked: &'a Walked,
+    kinds: &'a [Option<EntryKind>],
+    previous: &'a ScannedDirs,
+    roots: &'a [PathBuf],
+    settled_before_ns: i64,
+}
+
+impl Folders<'_> {
+    /// Records every folder walked whose entries are all known, except
+    /// those in `relist`; forgets the others and those no longer found.
+    fn record(&self, tx: &store::Transaction, relist: &HashSet<&str>) -> anyhow::Result<()> {
+        let mut walked = HashSet::new();
+        for dir in &self.walked.dirs {
+            walked.insert(dir.path.as_str());
+            let found = (dir.recordable
+                && dir.stamp.ctime_ns <= self.settled_before_ns
+                && !relist.contains(dir.path.as_str()))
+            .then(|| self.found_in(dir))
+            .flatten();
+            match found {
+                Some(found) if self.previous.get(&dir.path).as_ref() != Some(&found) => {
+                    store::save_scanned_dir(tx, &dir.path, &found)?
+                }
+                Some(_) => {}
+                None if self.previous.get(&dir.path).is_some() => store::forget_scanned_dir(tx, &dir.path)?,
+                None => {}
+            }
+        }
+        for path in self.previous.paths() {
+            let walkable = under_roots(path, self.roots) || self.roots.iter().any(|r| r.as_os_str() == path);
+            if walkable && !walked.contains(path) {
+                store::forget_scanned_dir(tx, path)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The folder as this scan left it, if every file in it has a kind.
+    fn found_in(&self, dir: &crate::walk::WalkedDir) -> Option<ScannedDir<'static>> {
+        let no_stamps = Stamps {
+            size: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+        };
+        let mut names = Vec::new();
+        let mut entries = Vec::new();
+        for sub in &dir.subdirs {
+            names.push((CString::new(sub.as_str()).ok()?, EntryKind::Dir, no_stamps));
+        }
+        for index in dir.files.clone() {
+            let (path, stamps) = &self.walked.files[index];
+            let name = path.get(dir.path.len() + 1..)?;
+            names.push((CString::new(name).ok()?, self.kinds[index]?, *stamps));
+        }
+        for (name, kind, stamps) in &names {
+            entries.push(DirEntry {
+                name,
+                kind: *kind,
+                stamps: *stamps,
+            });
+        }
+        Some(ScannedDir::new(dir.stamp, dir.skipped_by_name, entries))
+    }
+}
+
 /// The single writer: applies results in batched transactions.
+/// What the writer updates besides the store.
+struct Results<'a> {
+    /// Fingerprints of tracks whose files are gone: a new file with one
+    /// of them is that track, moved.
+    moved_from: &'a mut HashMap<[u8; 32], i64>,
+    moved: &'a mut HashSet<i64>,
+    /// What each file of the walk turned out to be.
+    kinds: &'a mut [Option<EntryKind>],
+    summary: &'a mut ScanSummary,
+}
+
 fn write_results(
     db: &mut Store,
     results: Receiver<Outcome>,
-    moved_from: &mut HashMap<[u8; 32], i64>,
-    moved: &mut HashSet<i64>,
-    summary: &mut ScanSummary,
+    out: &mut Results<'_>,
     progress: &dyn Fn(Progress),
 ) -> anyhow::Result<()> {
+    let Results {
+        moved_from,
+        moved,
+        kinds,
+        summary,
+    } = out;
     let mut batch = Vec::with_capacity(BATCH);
     let mut done = false;
     while !done {
@@ -336,6 +591,7 @@ fn write_results(
             progress(Progress::Probed);
             match outcome {
                 Outcome::Scanned(job, track) => {
+                    kinds[job.index] = Some(EntryKind::Track);
                     let was_moved = job
                         .existing
                         .is_none()
@@ -357,6 +613,7 @@ fn write_results(
                 Outcome::Failed(job, ProbeError::UnknownFormat | ProbeError::Empty)
                     if !extension_in(&job.path, AUDIO) && !extension_in(&job.path, UNSERVED_AUDIO) =>
                 {
+                    kinds[job.index] = Some(EntryKind::NotAudio);
                     summary.skipped += 1;
                 }
                 Outcome::Failed(job, err) => {
@@ -375,6 +632,7 @@ fn write_results(
                     // edited tags); its changed stamps keep it from being served.
                     tracing::info!("{}: {reason}", job.path);
                     store::record_failure(&tx, &job.path, job.stamps, &reason)?;
+                    kinds[job.index] = Some(EntryKind::Failure);
                     summary.failed += 1;
                     summary.failures.push((job.path, reason));
                 }

@@ -2,12 +2,15 @@
 //! stamps. Several threads share one queue of directories (a re-scan is
 //! mostly directory reads and stats, which the kernel answers in
 //! parallel), and files are stat'ed relative to their open directory
-//! rather than by full path.
+//! rather than by full path. With the last scan's folders at hand, a folder
+//! whose device, inode, mtime and ctime are unchanged is not listed: its
+//! entries come from the store and only its files are stat'ed.
 
 use std::collections::HashSet;
 use std::ffi::{CStr, OsStr};
 use std::io;
-use std::os::fd::BorrowedFd;
+use std::ops::Range;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -17,7 +20,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
-use retagfs_store::Stamps;
+use retagfs_store::{DirStamp, EntryKind, ScannedDir, ScannedDirs, Stamps};
 
 /// What the walk found.
 #[derive(Default)]
@@ -28,6 +31,62 @@ pub struct Walked {
     pub skipped: u64,
     /// (path, reason) of files that cannot be scanned.
     pub failures: Vec<(String, String)>,
+    /// Folders walked, when walking with a [`DirCache`].
+    pub dirs: Vec<WalkedDir>,
+    /// Folders that could not be opened or listed (each one logged).
+    pub unreadable: u64,
+    /// What the folders taken from the cache hold, by kind.
+    pub reused: Reused,
+}
+
+/// Counts of the entries of folders taken from the cache.
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reused {
+    pub tracks: u64,
+    pub failures: u64,
+    pub not_audio: u64,
+    pub skipped_by_name: u64,
+}
+
+impl Reused {
+    fn add(&mut self, other: Reused) {
+        self.tracks += other.tracks;
+        self.failures += other.failures;
+        self.not_audio += other.not_audio;
+        self.skipped_by_name += other.skipped_by_name;
+    }
+}
+
+/// The last scan's folders, for the walk to take entries from instead of
+/// listing folders again.
+pub struct DirCache<'a> {
+    /// The last scan's folders by path (empty to list every folder but
+    /// still record what was found).
+    pub previous: &'a ScannedDirs,
+    /// Devices whose folders may be taken from `previous` and recorded:
+    /// local file systems, where adding, removing or renaming an entry
+    /// always changes its folder's ctime.
+    pub devices: &'a [u64],
+}
+
+/// A folder the walk went through.
+#[derive(Debug)]
+pub struct WalkedDir {
+    /// The folder's path (UTF-8, without a trailing slash).
+    pub path: String,
+    pub stamp: DirStamp,
+    /// Taken from the cache: its files are not in [`Walked::files`] and
+    /// `subdirs` is empty.
+    pub from_cache: bool,
+    /// Whether what was found may be recorded for the next scan: on a
+    /// trusted device, listed without errors.
+    pub recordable: bool,
+    /// Names of its subfolders (listed folders only).
+    pub subdirs: Vec<String>,
+    /// Its candidate files, a range of [`Walked::files`] (listed folders only).
+    pub files: Range<usize>,
+    /// Files skipped by name.
+    pub skipped_by_name: u64,
 }
 
 /// A directory to read, with the (device, inode) of it and its ancestors
@@ -53,18 +112,26 @@ struct Shared<'a> {
     found: AtomicU64,
     follow: bool,
     wanted: &'a (dyn Fn(&str) -> bool + Sync),
+    cache: Option<&'a DirCache<'a>>,
 }
 
 /// Walks `roots` on `threads` threads; `wanted(file name)` says whether a
 /// file is a candidate; `progress(files found)` is called on the calling
-/// thread now and then.
+/// thread now and then. `cache` (used only for one root walked without
+/// following symlinks, where every folder is reached once) records the
+/// folders walked and reuses unchanged ones.
 pub fn walk(
     roots: &[PathBuf],
     follow: bool,
     threads: usize,
     wanted: &(dyn Fn(&str) -> bool + Sync),
     progress: &dyn Fn(u64),
+    cache: Option<&DirCache<'_>>,
 ) -> Walked {
+    // Overlapping roots, or a symlink to a file also in the library, can
+    // find a file twice.
+    let may_repeat = follow || roots.len() > 1;
+    let cache = cache.filter(|_| !may_repeat);
     let dirs = roots
         .iter()
         .rev()
@@ -87,6 +154,7 @@ pub fn walk(
         found: AtomicU64::new(0),
         follow,
         wanted,
+        cache,
     };
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(0);
     let parts: Vec<Walked> = std::thread::scope(|s| {
@@ -115,13 +183,17 @@ pub fn walk(
             .collect()
     });
     let mut out = Walked::default();
-    // Overlapping roots, or a symlink to a file also in the library, can
-    // find a file twice.
-    let may_repeat = follow || roots.len() > 1;
     let mut seen = HashSet::new();
     for part in parts {
         out.skipped += part.skipped;
         out.failures.extend(part.failures);
+        out.unreadable += part.unreadable;
+        out.reused.add(part.reused);
+        let base = out.files.len();
+        out.dirs.extend(part.dirs.into_iter().map(|mut d| {
+            d.files = d.files.start + base..d.files.end + base;
+            d
+        }));
         if may_repeat {
             out.files
                 .extend(part.files.into_iter().filter(|(p, _)| seen.insert(p.clone())));
@@ -129,8 +201,15 @@ pub fn walk(
             out.files.extend(part.files);
         }
     }
-    progress(out.files.len() as u64);
+    let reused = out.reused;
+    progress(out.files.len() as u64 + reused.tracks + reused.failures + reused.not_audio);
     out
+}
+
+/// The device of the file system holding `path`, as the walk reports it.
+pub fn device_of(path: &Path) -> io::Result<u64> {
+    let m = fs::statx(fs::CWD, path, AtFlags::empty(), StatxFlags::INO)?;
+    Ok(device(&m))
 }
 
 fn identity(path: &Path) -> Option<(u64, u64)> {
@@ -187,30 +266,140 @@ fn next_dir(shared: &Shared<'_>) -> Option<Dir> {
 }
 
 /// Reads one directory: candidate files go to `out`, subdirectories are
-/// returned. Entries are stat'ed relative to the open directory, asking
-/// only for the stamps.
+/// returned. With a cache, an unchanged folder is taken from it instead;
+/// any other is listed and recorded.
 fn read_dir(shared: &Shared<'_>, dir: &Dir, out: &mut Walked) -> Vec<Dir> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let fd = match fs::openat(fs::CWD, &dir.path, flags, fs::Mode::empty()) {
+        Ok(fd) => fd,
+        Err(e) => {
+            tracing::warn!("skipping {}: {}", dir.path.display(), io::Error::from(e));
+            out.unreadable += 1;
+            return Vec::new();
+        }
+    };
+    let path = dir.path.to_str().map(|p| p.trim_end_matches('/'));
+    let (Some(cache), Some(path)) = (shared.cache, path.filter(|p| !p.is_empty())) else {
+        return list_dir(shared, dir, fd, out, None);
+    };
+    let stamp = match dir_stamp(fd.as_fd()) {
+        Ok(stamp) => stamp,
+        Err(e) => {
+            tracing::warn!("cannot stat {}: {e}", dir.path.display());
+            return list_dir(shared, dir, fd, out, None);
+        }
+    };
+    let trusted = cache.devices.contains(&stamp.device);
+    let unchanged = cache.previous.get(path).filter(|p| trusted && p.stamp == stamp);
+    if let Some(subdirs) = unchanged.and_then(|previous| reuse(shared, dir, &previous, fd.as_fd(), out)) {
+        out.dirs.push(WalkedDir {
+            path: path.to_string(),
+            stamp,
+            from_cache: true,
+            recordable: true,
+            subdirs: Vec::new(),
+            files: 0..0,
+            skipped_by_name: 0,
+        });
+        return subdirs;
+    }
+    let mut record = WalkedDir {
+        path: path.to_string(),
+        stamp,
+        from_cache: false,
+        recordable: trusted,
+        subdirs: Vec::new(),
+        files: 0..0,
+        skipped_by_name: 0,
+    };
+    let subdirs = list_dir(shared, dir, fd, out, Some(&mut record));
+    out.dirs.push(record);
+    subdirs
+}
+
+/// A folder's identity and change times.
+fn dir_stamp(fd: BorrowedFd<'_>) -> io::Result<DirStamp> {
+    let flags = AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC;
+    let mask = StatxFlags::INO | StatxFlags::MTIME | StatxFlags::CTIME;
+    let m = fs::statx(fd, c"", flags, mask)?;
+    Ok(DirStamp {
+        device: device(&m),
+        inode: m.stx_ino,
+        mtime_ns: nanos(m.stx_mtime),
+        ctime_ns: nanos(m.stx_ctime),
+    })
+}
+
+/// Takes an unchanged folder's entries from the last scan, stat'ing its
+/// files (an edit in place changes no folder). None, and nothing counted,
+/// when a file's stamps differ or the record cannot be read: the folder
+/// is then listed.
+fn reuse(
+    shared: &Shared<'_>,
+    dir: &Dir,
+    previous: &ScannedDir<'_>,
+    fd: BorrowedFd<'_>,
+    out: &mut Walked,
+) -> Option<Vec<Dir>> {
+    let mut counts = Reused {
+        skipped_by_name: previous.skipped_by_name,
+        ..Reused::default()
+    };
     let mut subdirs = Vec::new();
-    let opened = fs::openat(
-        fs::CWD,
-        &dir.path,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        fs::Mode::empty(),
-    )
-    .and_then(fs::Dir::new);
-    let mut entries = match opened {
+    for entry in previous.entries()? {
+        let count = match entry.kind {
+            EntryKind::Dir => {
+                subdirs.push(Dir {
+                    path: dir.path.join(OsStr::from_bytes(entry.name.to_bytes())),
+                    ancestors: Vec::new(),
+                });
+                continue;
+            }
+            EntryKind::Track => &mut counts.tracks,
+            EntryKind::Failure => &mut counts.failures,
+            EntryKind::NotAudio => &mut counts.not_audio,
+        };
+        let m = stat_at(fd, entry.name, false).ok()?;
+        let regular = fs::FileType::from_raw_mode(m.stx_mode.into()) == fs::FileType::RegularFile;
+        if !regular || stamps_of(&m) != entry.stamps {
+            return None;
+        }
+        *count += 1;
+    }
+    let files = counts.tracks + counts.failures + counts.not_audio;
+    shared.found.fetch_add(files, Ordering::Relaxed);
+    out.reused.add(counts);
+    Some(subdirs)
+}
+
+/// Lists an open folder: candidate files go to `out`, subdirectories are
+/// returned, and `record` (if any) learns its entries. Entries are stat'ed
+/// relative to the open folder, asking only for the stamps.
+fn list_dir(
+    shared: &Shared<'_>,
+    dir: &Dir,
+    fd: OwnedFd,
+    out: &mut Walked,
+    mut record: Option<&mut WalkedDir>,
+) -> Vec<Dir> {
+    let mut subdirs = Vec::new();
+    let mut entries = match fs::Dir::new(fd) {
         Ok(d) => d,
         Err(e) => {
             tracing::warn!("skipping {}: {}", dir.path.display(), io::Error::from(e));
+            out.unreadable += 1;
             return subdirs;
         }
     };
+    let (files_before, skipped_before, failures_before) = (out.files.len(), out.skipped, out.failures.len());
+    let mut clean = true;
     while let Some(entry) = entries.read() {
         let entry = match entry {
             Ok(e) => e,
             Err(e) => {
                 let e = io::Error::from(e);
                 tracing::warn!("skipping an entry of {}: {e}", dir.path.display());
+                clean = false;
                 continue;
             }
         };
@@ -235,6 +424,7 @@ fn read_dir(shared: &Shared<'_>, dir: &Dir, out: &mut Walked) -> Vec<Dir> {
                         "skipping {}: {e}",
                         dir.path.join(OsStr::from_bytes(name.to_bytes())).display()
                     );
+                    clean = false;
                     continue;
                 }
             }
@@ -242,6 +432,11 @@ fn read_dir(shared: &Shared<'_>, dir: &Dir, out: &mut Walked) -> Vec<Dir> {
         }
         if kind == fs::FileType::Directory {
             let path = dir.path.join(OsStr::from_bytes(name.to_bytes()));
+            match (&mut record, name.to_str()) {
+                (Some(record), Ok(name)) => record.subdirs.push(name.to_string()),
+                (Some(_), Err(_)) => clean = false,
+                (None, _) => {}
+            }
             if let Some(sub) = subdir(shared, dir, path, || {
                 meta.unwrap_or_else(|| stat_at(fd, name, false))
             }) {
@@ -256,6 +451,11 @@ fn read_dir(shared: &Shared<'_>, dir: &Dir, out: &mut Walked) -> Vec<Dir> {
                 out,
             );
         }
+    }
+    if let Some(record) = record {
+        record.files = files_before..out.files.len();
+        record.skipped_by_name = out.skipped - skipped_before;
+        record.recordable &= clean && out.failures.len() == failures_before;
     }
     subdirs
 }
@@ -346,12 +546,15 @@ fn file(
 }
 
 fn stamps_of(m: &fs::Statx) -> Stamps {
-    let ns = |t: fs::StatxTimestamp| t.tv_sec * 1_000_000_000 + i64::from(t.tv_nsec);
     Stamps {
         size: m.stx_size,
-        mtime_ns: ns(m.stx_mtime),
-        ctime_ns: ns(m.stx_ctime),
+        mtime_ns: nanos(m.stx_mtime),
+        ctime_ns: nanos(m.stx_ctime),
     }
+}
+
+fn nanos(t: fs::StatxTimestamp) -> i64 {
+    t.tv_sec * 1_000_000_000 + i64::from(t.tv_nsec)
 }
 
 #[cfg(test)]
@@ -371,7 +574,7 @@ mod tests {
 
     fn run(roots: &[PathBuf], follow: bool) -> Walked {
         let wanted = |name: &str| !name.ends_with(".txt");
-        walk(roots, follow, 3, &wanted, &|_| {})
+        walk(roots, follow, 3, &wanted, &|_| {}, None)
     }
 
     #[test]

@@ -26,6 +26,7 @@ fn scanned() -> (tempfile::TempDir, PathBuf) {
         follow_symlinks: false,
         jobs: 2,
         prune: false,
+        full: false,
     };
     scan(&mut db, &options, &|_| {}).unwrap();
     (dir, db_path)

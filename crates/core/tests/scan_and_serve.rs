@@ -31,6 +31,7 @@ fn opts(root: &Path, prune: bool) -> ScanOptions {
         follow_symlinks: false,
         jobs: 2,
         prune,
+        full: false,
     }
 }
 

@@ -7,17 +7,17 @@
 //! Reads are methods of [`Store`]; writes are functions over a transaction
 //! from [`Store::write`], so a caller can batch many in one commit.
 
-mod known;
 mod model;
+mod path_table;
 mod scanned_dirs;
 mod store;
 
-pub use known::KnownStamps;
 pub use model::{
     ArtLink, BackingPart, Format, NewArt, PartKind, ScannedPicture, ScannedTrack, Stamps, TrackRow,
 };
+pub use path_table::{KnownStamps, PathTable};
 pub use rusqlite::Transaction;
-pub use scanned_dirs::{DirEntry, DirStamp, EntryKind, ScannedDir};
+pub use scanned_dirs::{DirEntry, DirStamp, EntryKind, ScannedDir, ScannedDirs};
 pub use store::{
     add_tag, delete_orphan_art, forget_scanned_dir, forget_scanned_dirs, insert_art, move_track,
     record_failure, remove_art, remove_failure, remove_track, save_scanned_dir, set_art, set_tag, sha256_hex,

@@ -6,9 +6,11 @@
 //! the name and a NUL. Loading 4,000 folders this way costs a fraction of
 //! loading 20,000 track rows.
 
+use std::borrow::Cow;
 use std::ffi::CStr;
 
 use crate::model::Stamps;
+use crate::path_table::PathTable;
 
 /// A folder's identity and change times, from `statx`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,23 +64,80 @@ pub struct DirEntry<'a> {
     pub stamps: Stamps,
 }
 
-/// A folder as the last scan left it.
+/// A folder as a scan left it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScannedDir {
+pub struct ScannedDir<'a> {
     pub stamp: DirStamp,
     /// Files skipped by their name (not audio).
     pub skipped_by_name: u64,
-    pub(crate) entries: Vec<u8>,
+    pub(crate) entries: Cow<'a, [u8]>,
+}
+
+/// The record of every scanned folder, found by path: one buffer of
+/// paths and one of entries rather than two allocations per folder.
+pub struct ScannedDirs {
+    /// Each folder's stamp, skipped count and where its entries end in
+    /// `entries` (they start where the previous folder's end).
+    table: PathTable<(DirStamp, u64, usize)>,
+    entries: Vec<u8>,
+}
+
+impl Default for ScannedDirs {
+    fn default() -> ScannedDirs {
+        ScannedDirs::with_capacity(0, 0)
+    }
+}
+
+impl ScannedDirs {
+    pub(crate) fn with_capacity(rows: usize, path_bytes: usize) -> ScannedDirs {
+        ScannedDirs {
+            table: PathTable::with_capacity(rows, path_bytes),
+            entries: Vec::new(),
+        }
+    }
+
+    pub(crate) fn push(&mut self, path: &str, stamp: DirStamp, skipped_by_name: u64, entries: &[u8]) {
+        self.entries.extend_from_slice(entries);
+        self.table
+            .push(path, (stamp, skipped_by_name, self.entries.len()));
+    }
+
+    /// The folder at `path`, as the last scan left it.
+    pub fn get(&self, path: &str) -> Option<ScannedDir<'_>> {
+        let row = self.table.find(path)?;
+        let &(stamp, skipped_by_name, end) = self.table.value(row);
+        let start = row
+            .checked_sub(1)
+            .map_or(0, |previous| self.table.value(previous).2);
+        Some(ScannedDir {
+            stamp,
+            skipped_by_name,
+            entries: Cow::Borrowed(&self.entries[start..end]),
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    /// Every recorded folder's path.
+    pub fn paths(&self) -> impl Iterator<Item = &str> {
+        (0..self.table.len()).map(|row| self.table.path(row))
+    }
 }
 
 const STAMPS_LEN: usize = 24;
 
-impl ScannedDir {
-    pub fn new<'a>(
+impl ScannedDir<'_> {
+    pub fn new<'e>(
         stamp: DirStamp,
         skipped_by_name: u64,
-        entries: impl IntoIterator<Item = DirEntry<'a>>,
-    ) -> ScannedDir {
+        entries: impl IntoIterator<Item = DirEntry<'e>>,
+    ) -> ScannedDir<'static> {
         let mut blob = Vec::new();
         for e in entries {
             blob.push(e.kind.code());
@@ -92,7 +151,7 @@ impl ScannedDir {
         ScannedDir {
             stamp,
             skipped_by_name,
-            entries: blob,
+            entries: Cow::Owned(blob),
         }
     }
 
@@ -100,7 +159,7 @@ impl ScannedDir {
     /// written by something else: the folder is then listed again).
     pub fn entries(&self) -> Option<Vec<DirEntry<'_>>> {
         let mut out = Vec::new();
-        let mut rest = self.entries.as_slice();
+        let mut rest: &[u8] = &self.entries;
         while let Some((&code, after)) = rest.split_first() {
             let kind = EntryKind::from_code(code)?;
             let mut stamps = Stamps {
@@ -171,6 +230,15 @@ mod tests {
         ];
         let dir = ScannedDir::new(stamp(), 3, entries.clone());
         assert_eq!(dir.entries().unwrap(), entries);
+        let mut all = ScannedDirs::default();
+        all.push("/a", stamp(), 0, &[]);
+        all.push("/a/b", dir.stamp, 3, &dir.entries);
+        all.push("/a/c", stamp(), 1, &[0, b'x', 0]);
+        assert_eq!(all.get("/a/b"), Some(dir.clone()));
+        assert_eq!(all.get("/a").unwrap().entries().unwrap(), []);
+        assert_eq!(all.get("/a/c").unwrap().entries().unwrap()[0].name, c"x");
+        assert_eq!(all.get("/a/d"), None);
+        assert_eq!(all.paths().collect::<Vec<_>>(), ["/a", "/a/b", "/a/c"]);
         assert_eq!(ScannedDir::new(stamp(), 0, []).entries().unwrap(), []);
     }
 
@@ -193,7 +261,7 @@ mod tests {
         // Every truncation, and every byte flipped to a kind, NUL or slash.
         for cut in 0..good.len() {
             let d = ScannedDir {
-                entries: good[..cut].to_vec(),
+                entries: Cow::Borrowed(&good[..cut]),
                 ..dir.clone()
             };
             assert!(d.entries().is_none() || cut == 0, "cut {cut}");
@@ -206,7 +274,7 @@ mod tests {
             vec![0, b'a'],
         ] {
             let d = ScannedDir {
-                entries: bad.clone(),
+                entries: Cow::Borrowed(&bad),
                 ..dir.clone()
             };
             assert!(d.entries().is_none(), "{bad:?}");

@@ -7,9 +7,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
 use sha2::{Digest, Sha256};
 
-use crate::known::KnownStamps;
 use crate::model::{ArtLink, BackingPart, Format, NewArt, PartKind, ScannedTrack, Stamps, TrackRow};
-use crate::scanned_dirs::{DirStamp, ScannedDir};
+use crate::path_table::{KnownStamps, PathTable};
+use crate::scanned_dirs::{DirStamp, ScannedDir, ScannedDirs};
 
 /// Schema version this binary writes, kept in `PRAGMA user_version`.
 pub const SCHEMA_VERSION: i64 = 3;
@@ -110,6 +110,7 @@ impl Store {
         self.conn.pragma_update(None, "journal_mode", "WAL")?;
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
         self.conn.pragma_update(None, "foreign_keys", "ON")?;
+        self.conn.pragma_update(None, "mmap_size", 256i64 << 20)?;
         Ok(())
     }
 
@@ -277,7 +278,7 @@ impl Store {
         let count = usize::try_from(self.track_count()?).unwrap_or(0);
         // Paths of a music library run about 100 bytes; the buffer grows
         // past that if it must.
-        let mut known = KnownStamps::with_capacity(count, count * 100);
+        let mut known = PathTable::with_capacity(count, count * 100);
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
             let stamps = Stamps {
@@ -289,35 +290,38 @@ impl Store {
             let path = path
                 .as_str()
                 .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, path.data_type(), Box::new(e)))?;
-            known.push(path, r.get(1)?, stamps);
+            known.push(path, (r.get(1)?, stamps));
         }
-        Ok(known)
+        Ok(KnownStamps(known))
     }
 
     /// What the last scan saw in each folder, by path. Rows that cannot
     /// be read as such are left out (their folders are listed again).
-    pub fn scanned_dirs(&self) -> Result<PathMap<ScannedDir>> {
+    pub fn scanned_dirs(&self) -> Result<ScannedDirs> {
+        let count: i64 = self
+            .conn
+            .query_row("SELECT count(*) FROM scanned_dirs", [], |r| r.get(0))?;
+        let count = usize::try_from(count).unwrap_or(0);
         let mut stmt = self
             .conn
             .prepare("SELECT path, device, inode, mtime_ns, ctime_ns, skipped, entries FROM scanned_dirs")?;
-        let mut out = PathMap::default();
+        // Folder paths of a music library run about 60 bytes.
+        let mut out = ScannedDirs::with_capacity(count, count * 60);
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
-            let row = (|| -> rusqlite::Result<(String, ScannedDir)> {
-                let dir = ScannedDir {
-                    stamp: DirStamp {
-                        device: r.get::<_, i64>(1)? as u64,
-                        inode: r.get::<_, i64>(2)? as u64,
-                        mtime_ns: r.get(3)?,
-                        ctime_ns: r.get(4)?,
-                    },
-                    skipped_by_name: r.get::<_, i64>(5)?.max(0) as u64,
-                    entries: r.get(6)?,
+            let row = (|| -> rusqlite::Result<_> {
+                let stamp = DirStamp {
+                    device: r.get::<_, i64>(1)? as u64,
+                    inode: r.get::<_, i64>(2)? as u64,
+                    mtime_ns: r.get(3)?,
+                    ctime_ns: r.get(4)?,
                 };
-                Ok((r.get(0)?, dir))
+                let path = r.get_ref(0)?.as_str()?;
+                let entries = r.get_ref(6)?.as_blob()?;
+                Ok((path, stamp, r.get::<_, i64>(5)?.max(0) as u64, entries))
             })();
-            if let Ok((path, dir)) = row {
-                out.insert(path, dir);
+            if let Ok((path, stamp, skipped, entries)) = row {
+                out.push(path, stamp, skipped, entries);
             }
         }
         Ok(out)
@@ -819,7 +823,7 @@ pub fn delete_orphan_art(tx: &Transaction<'_>) -> Result<usize> {
 }
 
 /// Records what a scan saw in the folder at `path`.
-pub fn save_scanned_dir(tx: &Transaction, path: &str, dir: &ScannedDir) -> Result<()> {
+pub fn save_scanned_dir(tx: &Transaction, path: &str, dir: &ScannedDir<'_>) -> Result<()> {
     tx.prepare_cached(
         "INSERT OR REPLACE INTO scanned_dirs (path, device, inode, mtime_ns, ctime_ns, skipped, entries) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -831,7 +835,7 @@ pub fn save_scanned_dir(tx: &Transaction, path: &str, dir: &ScannedDir) -> Resul
         dir.stamp.mtime_ns,
         dir.stamp.ctime_ns,
         dir.skipped_by_name as i64,
-        dir.entries
+        &dir.entries[..]
     ])?;
     Ok(())
 }

@@ -1,0 +1,173 @@
+//! Re-scans that take unchanged folders from the store's record of the
+//! last scan (`scanned_dirs`) still find every change: files edited in
+//! place, added, removed, and a record that was damaged.
+//!
+//! A folder is recorded only once its ctime is a second old, so each
+//! library here is left to settle for a little over a second first.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use retagfs_core::scan::{scan, ScanOptions, ScanSummary};
+use retagfs_store::Store;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+/// Three folders of fixtures (one with a file that fails, a name skipped
+/// by extension and a file that is not audio), left to settle.
+fn library() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (folder, files) in [
+        ("a", &["tagged.flac", "tagged.mp3"][..]),
+        ("b/inner", &["tagged.ogg", "tagged.opus", "truncated.flac"]),
+        ("c", &["tagged.wav", "tagged.m4a", "cover.png"]),
+    ] {
+        let to = dir.path().join(folder);
+        std::fs::create_dir_all(&to).unwrap();
+        for f in files {
+            std::fs::copy(fixtures().join(f), to.join(f)).unwrap();
+        }
+    }
+    std::fs::write(dir.path().join("c/not-audio.bin"), b"plain bytes, not audio").unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    dir
+}
+
+fn rescan(db: &mut Store, root: &Path, prune: bool, full: bool) -> ScanSummary {
+    let opts = ScanOptions {
+        roots: vec![root.to_path_buf()],
+        follow_symlinks: false,
+        jobs: 2,
+        prune,
+        full,
+    };
+    scan(db, &opts, &|_| {}).unwrap()
+}
+
+fn counts(s: &ScanSummary) -> [u64; 8] {
+    [
+        s.added,
+        s.updated,
+        s.moved,
+        s.unchanged,
+        s.removed,
+        s.missing,
+        s.failed,
+        s.skipped,
+    ]
+}
+
+fn recorded(db: &Store) -> i64 {
+    db.conn()
+        .query_row("SELECT count(*) FROM scanned_dirs", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// A store holding the library, scanned twice so that the second scan
+/// took every folder from the record.
+fn scanned(lib: &Path) -> (tempfile::TempDir, Store) {
+    let store_dir = tempfile::tempdir().unwrap();
+    let mut db = Store::open(&store_dir.path().join("store.db")).unwrap();
+    let first = rescan(&mut db, lib, false, false);
+    assert_eq!(counts(&first), [6, 0, 0, 0, 0, 0, 1, 2], "{first:?}");
+    // The root, a, b, b/inner and c.
+    assert_eq!(recorded(&db), 5);
+    (store_dir, db)
+}
+
+#[test]
+fn an_unchanged_library_reads_the_same_from_the_record() {
+    let lib = library();
+    let (_store, mut db) = scanned(lib.path());
+    let listed = rescan(&mut db, lib.path(), false, true);
+    let from_record = rescan(&mut db, lib.path(), false, false);
+    assert_eq!(counts(&listed), [0, 0, 0, 6, 0, 0, 1, 2], "{listed:?}");
+    assert_eq!(counts(&from_record), counts(&listed), "{from_record:?}");
+    assert_eq!(recorded(&db), 5);
+}
+
+#[test]
+fn edits_in_place_additions_and_removals_are_all_found() {
+    let lib = library();
+    let root = lib.path();
+    let (_store, mut db) = scanned(root);
+
+    // Rewritten in place: its folder does not change, the file's stamps do.
+    let flac = root.join("a/tagged.flac");
+    std::fs::write(&flac, std::fs::read(&flac).unwrap()).unwrap();
+    let s = rescan(&mut db, root, false, false);
+    assert_eq!(counts(&s), [0, 1, 0, 5, 0, 0, 1, 2], "{s:?}");
+
+    std::fs::copy(fixtures().join("untagged.flac"), root.join("b/inner/new.flac")).unwrap();
+    let s = rescan(&mut db, root, false, false);
+    assert_eq!(counts(&s), [1, 0, 0, 6, 0, 0, 1, 2], "{s:?}");
+
+    // A removed file is reported by every scan until one prunes it.
+    std::fs::remove_file(root.join("c/tagged.wav")).unwrap();
+    for _ in 0..2 {
+        let s = rescan(&mut db, root, false, false);
+        assert_eq!(counts(&s), [0, 0, 0, 6, 0, 1, 1, 2], "{s:?}");
+    }
+    std::thread::sleep(Duration::from_millis(1100));
+    let s = rescan(&mut db, root, false, false);
+    assert_eq!(s.missing, 1, "{s:?}");
+    let s = rescan(&mut db, root, true, false);
+    assert_eq!(counts(&s), [0, 0, 0, 6, 1, 0, 1, 2], "{s:?}");
+    assert_eq!(db.track_count().unwrap(), 6);
+    let s = rescan(&mut db, root, false, false);
+    assert_eq!(counts(&s), [0, 0, 0, 6, 0, 0, 1, 2], "{s:?}");
+
+    // A removed folder, after its parent settled.
+    std::fs::remove_dir_all(root.join("b")).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    let s = rescan(&mut db, root, true, false);
+    assert_eq!(counts(&s), [0, 0, 0, 3, 3, 0, 0, 2], "{s:?}");
+    assert_eq!(recorded(&db), 3);
+    let s = rescan(&mut db, root, false, false);
+    assert_eq!(counts(&s), [0, 0, 0, 3, 0, 0, 0, 2], "{s:?}");
+}
+
+#[test]
+fn a_damaged_record_is_listed_again_and_full_rebuilds_it() {
+    let lib = library();
+    let root = lib.path();
+    let (_store, mut db) = scanned(root);
+    let a = format!("{}/a", root.canonicalize().unwrap().display());
+    // Entries that do not decode: the folder is listed.
+    db.conn()
+        .execute("UPDATE scanned_dirs SET entries = x'09ff' WHERE path = ?1", [&a])
+        .unwrap();
+    let s = rescan(&mut db, root, false, false);
+    assert_eq!(counts(&s), [0, 0, 0, 6, 0, 0, 1, 2], "{s:?}");
+    // A record that lies (a file left out) is believed until --full.
+    db.conn()
+        .execute("UPDATE scanned_dirs SET entries = x'' WHERE path = ?1", [&a])
+        .unwrap();
+    let believed = rescan(&mut db, root, false, false);
+    assert_eq!(believed.unchanged, 4, "{believed:?}");
+    let s = rescan(&mut db, root, false, true);
+    assert_eq!(counts(&s), [0, 0, 0, 6, 0, 0, 1, 2], "{s:?}");
+    let s = rescan(&mut db, root, false, false);
+    assert_eq!(counts(&s), [0, 0, 0, 6, 0, 0, 1, 2], "{s:?}");
+}
+
+#[test]
+fn a_scan_that_follows_symlinks_forgets_the_record() {
+    let lib = library();
+    let (_store, mut db) = scanned(lib.path());
+    let opts = ScanOptions {
+        roots: vec![lib.path().to_path_buf()],
+        follow_symlinks: true,
+        jobs: 2,
+        prune: false,
+        full: false,
+    };
+    let s = scan(&mut db, &opts, &|_| {}).unwrap();
+    assert_eq!(s.unchanged, 6);
+    assert_eq!(recorded(&db), 0);
+    let s = rescan(&mut db, lib.path(), false, false);
+    assert_eq!(counts(&s), [0, 0, 0, 6, 0, 0, 1, 2], "{s:?}");
+    assert_eq!(recorded(&db), 5);
+}
