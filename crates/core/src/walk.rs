@@ -266,32 +266,26 @@ fn next_dir(shared: &Shared<'_>) -> Option<Dir> {
 }
 
 /// Reads one directory: candidate files go to `out`, subdirectories are
-/// returned. With a cache, an unchanged folder is taken from it instead;
-/// any other is listed and recorded.
+/// returned. With a cache, an unchanged folder is taken from it instead
+/// (opened only if it holds files); any other is listed and recorded.
 fn read_dir(shared: &Shared<'_>, dir: &Dir, out: &mut Walked) -> Vec<Dir> {
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-    let fd = match fs::openat(fs::CWD, &dir.path, flags, fs::Mode::empty()) {
-        Ok(fd) => fd,
+    let path = dir.path.to_str().map(|p| p.trim_end_matches('/'));
+    let (Some(cache), Some(path)) = (shared.cache, path.filter(|p| !p.is_empty())) else {
+        return list_dir(shared, dir, out, None);
+    };
+    // Taken before the folder is read: a change while it is read makes
+    // the next scan read it again.
+    let stamp = match dir_stamp(&dir.path) {
+        Ok(stamp) => stamp,
         Err(e) => {
-            tracing::warn!("skipping {}: {}", dir.path.display(), io::Error::from(e));
+            tracing::warn!("skipping {}: {e}", dir.path.display());
             out.unreadable += 1;
             return Vec::new();
         }
     };
-    let path = dir.path.to_str().map(|p| p.trim_end_matches('/'));
-    let (Some(cache), Some(path)) = (shared.cache, path.filter(|p| !p.is_empty())) else {
-        return list_dir(shared, dir, fd, out, None);
-    };
-    let stamp = match dir_stamp(fd.as_fd()) {
-        Ok(stamp) => stamp,
-        Err(e) => {
-            tracing::warn!("cannot stat {}: {e}", dir.path.display());
-            return list_dir(shared, dir, fd, out, None);
-        }
-    };
     let trusted = cache.devices.contains(&stamp.device);
     let unchanged = cache.previous.get(path).filter(|p| trusted && p.stamp == stamp);
-    if let Some(subdirs) = unchanged.and_then(|previous| reuse(shared, dir, &previous, fd.as_fd(), out)) {
+    if let Some(subdirs) = unchanged.and_then(|previous| reuse(shared, dir, &previous, out)) {
         out.dirs.push(WalkedDir {
             path: path.to_string(),
             stamp,
@@ -312,16 +306,24 @@ fn read_dir(shared: &Shared<'_>, dir: &Dir, out: &mut Walked) -> Vec<Dir> {
         files: 0..0,
         skipped_by_name: 0,
     };
-    let subdirs = list_dir(shared, dir, fd, out, Some(&mut record));
+    let subdirs = list_dir(shared, dir, out, Some(&mut record));
     out.dirs.push(record);
     subdirs
 }
 
+fn open_dir(path: &Path) -> io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    Ok(fs::openat(fs::CWD, path, flags, fs::Mode::empty())?)
+}
+
 /// A folder's identity and change times.
-fn dir_stamp(fd: BorrowedFd<'_>) -> io::Result<DirStamp> {
-    let flags = AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC;
-    let mask = StatxFlags::INO | StatxFlags::MTIME | StatxFlags::CTIME;
-    let m = fs::statx(fd, c"", flags, mask)?;
+fn dir_stamp(path: &Path) -> io::Result<DirStamp> {
+    let flags = AtFlags::STATX_DONT_SYNC;
+    let mask = StatxFlags::TYPE | StatxFlags::INO | StatxFlags::MTIME | StatxFlags::CTIME;
+    let m = fs::statx(fs::CWD, path, flags, mask)?;
+    if fs::FileType::from_raw_mode(m.stx_mode.into()) != fs::FileType::Directory {
+        return Err(io::Error::from(io::ErrorKind::NotADirectory));
+    }
     Ok(DirStamp {
         device: device(&m),
         inode: m.stx_ino,
@@ -331,22 +333,21 @@ fn dir_stamp(fd: BorrowedFd<'_>) -> io::Result<DirStamp> {
 }
 
 /// Takes an unchanged folder's entries from the last scan, stat'ing its
-/// files (an edit in place changes no folder). None, and nothing counted,
-/// when a file's stamps differ or the record cannot be read: the folder
-/// is then listed.
-fn reuse(
-    shared: &Shared<'_>,
-    dir: &Dir,
-    previous: &ScannedDir<'_>,
-    fd: BorrowedFd<'_>,
-    out: &mut Walked,
-) -> Option<Vec<Dir>> {
+/// files (an edit in place changes no folder); a folder of folders is not
+/// even opened. None, and nothing counted, when a file's stamps differ or
+/// the record cannot be read: the folder is then listed.
+fn reuse(shared: &Shared<'_>, dir: &Dir, previous: &ScannedDir<'_>, out: &mut Walked) -> Option<Vec<Dir>> {
+    let entries = previous.entries()?;
+    let fd = match entries.iter().any(|e| e.kind != EntryKind::Dir) {
+        true => Some(open_dir(&dir.path).ok()?),
+        false => None,
+    };
     let mut counts = Reused {
         skipped_by_name: previous.skipped_by_name,
         ..Reused::default()
     };
     let mut subdirs = Vec::new();
-    for entry in previous.entries()? {
+    for entry in entries {
         let count = match entry.kind {
             EntryKind::Dir => {
                 subdirs.push(Dir {
@@ -359,7 +360,7 @@ fn reuse(
             EntryKind::Failure => &mut counts.failures,
             EntryKind::NotAudio => &mut counts.not_audio,
         };
-        let m = stat_at(fd, entry.name, false).ok()?;
+        let m = stat_at(fd.as_ref()?.as_fd(), entry.name, false).ok()?;
         let regular = fs::FileType::from_raw_mode(m.stx_mode.into()) == fs::FileType::RegularFile;
         if !regular || stamps_of(&m) != entry.stamps {
             return None;
@@ -372,21 +373,21 @@ fn reuse(
     Some(subdirs)
 }
 
-/// Lists an open folder: candidate files go to `out`, subdirectories are
+/// Lists a folder: candidate files go to `out`, subdirectories are
 /// returned, and `record` (if any) learns its entries. Entries are stat'ed
 /// relative to the open folder, asking only for the stamps.
 fn list_dir(
     shared: &Shared<'_>,
     dir: &Dir,
-    fd: OwnedFd,
     out: &mut Walked,
     mut record: Option<&mut WalkedDir>,
 ) -> Vec<Dir> {
     let mut subdirs = Vec::new();
-    let mut entries = match fs::Dir::new(fd) {
+    let opened = open_dir(&dir.path).and_then(|fd| Ok(fs::Dir::new(fd)?));
+    let mut entries = match opened {
         Ok(d) => d,
         Err(e) => {
-            tracing::warn!("skipping {}: {}", dir.path.display(), io::Error::from(e));
+            tracing::warn!("skipping {}: {e}", dir.path.display());
             out.unreadable += 1;
             return subdirs;
         }
