@@ -67,10 +67,16 @@ const LOCAL_FILE_SYSTEMS: &[i64] = &[
     0xCA45_1A4E,
 ];
 
-/// A folder is recorded only if its ctime is at least this much older than
-/// the scan: a change within the same tick of a coarse clock could
-/// otherwise leave the ctime the scan saw.
-const SETTLE_NS: i64 = 1_000_000_000;
+/// A folder is recorded only if its ctime is older than the scan by more
+/// than a tick of the clock that stamps it: a change within the tick the
+/// scan saw would leave the ctime as it was. The kernel's coarse clock
+/// ticks every 1-10 ms; a ctime of a whole second comes from a file system
+/// that keeps whole seconds (ext4 with small inodes), or by chance.
+fn settled(ctime_ns: i64, scan_started_ns: i64) -> bool {
+    const NS: i64 = 1_000_000_000;
+    let tick = if ctime_ns % NS == 0 { NS } else { NS / 10 };
+    ctime_ns < scan_started_ns - tick
+}
 
 /// What a scan did.
 #[derive(Debug, Default, Clone)]
@@ -398,7 +404,7 @@ pub fn scan(
             kinds: &kinds,
             previous: &previous,
             roots: &roots,
-            settled_before_ns: started_ns - SETTLE_NS,
+            scan_started_ns: started_ns,
         };
         folders.record(&tx, &ancestors(&kept))?;
     } else {
@@ -484,7 +490,7 @@ struct Folders<'a> {
     kinds: &'a [Option<EntryKind>],
     previous: &'a ScannedDirs,
     roots: &'a [PathBuf],
-    settled_before_ns: i64,
+    scan_started_ns: i64,
 }
 
 impl Folders<'_> {
@@ -495,7 +501,7 @@ impl Folders<'_> {
         for dir in &self.walked.dirs {
             walked.insert(dir.path.as_str());
             let found = (dir.recordable
-                && dir.stamp.ctime_ns <= self.settled_before_ns
+                && settled(dir.stamp.ctime_ns, self.scan_started_ns)
                 && !relist.contains(dir.path.as_str()))
             .then(|| self.found_in(dir))
             .flatten();
@@ -641,4 +647,30 @@ fn write_results(
         tx.commit()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folders_changed_within_a_tick_of_the_scan_are_not_recorded() {
+        let start = 1_700_000_000_123_456_789;
+        assert!(settled(start - 200_000_000, start));
+        assert!(!settled(start - 50_000_000, start));
+        assert!(!settled(start + 1, start));
+        // Whole seconds: the file system may keep nothing finer.
+        let whole = 1_700_000_000_000_000_000;
+        assert!(!settled(whole, whole + 500_000_000));
+        assert!(settled(whole, whole + 1_500_000_000));
+    }
+
+    #[test]
+    fn ancestors_are_every_folder_above() {
+        let mut got: Vec<&str> = ancestors(&["/m/a/b/x.flac", "/m/a/y.flac", "/n/z.flac"])
+            .into_iter()
+            .collect();
+        got.sort();
+        assert_eq!(got, ["/m", "/m/a", "/m/a/b", "/n"]);
+    }
 }

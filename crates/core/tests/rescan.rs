@@ -2,8 +2,9 @@
 //! last scan (`scanned_dirs`) still find every change: files edited in
 //! place, added, removed, and a record that was damaged.
 //!
-//! A folder is recorded only once its ctime is a second old, so each
-//! library here is left to settle for a little over a second first.
+//! A folder is recorded only once its ctime is older than the scan by a
+//! clock tick (a second where the file system keeps whole seconds), so
+//! each library here is left to settle for a little over a second first.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
