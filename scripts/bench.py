@@ -192,10 +192,11 @@ def make_large_files(work, seconds=120):
 
 # ------------------------------------------------------------------ mounts
 
-def scan(lib, db):
+def scan(lib, db, *extra):
     """Scan; returns (seconds, peak RSS MiB of the scan process)."""
     t0 = time.perf_counter()
-    p = subprocess.Popen([BIN, "scan", lib, "--db", db], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen([BIN, "scan", lib, "--db", db, *extra], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(p.pid, 0)
     elapsed = time.perf_counter() - t0
     if status != 0:
@@ -300,6 +301,9 @@ def bench_scan(work, n, runs, mixed=True):
     db = os.path.join(work, f"scan-{n}-0.db")
     row("scan", f"re-scan, {n} unchanged", timed(lambda: scan(lib, db), runs),
         timed(lambda: find(lib), runs), note="direct = find over the library")
+    row("scan", f"re-scan, {n} unchanged, every folder listed (--full)",
+        timed(lambda: scan(lib, db, "--full"), runs), timed(lambda: find(lib), runs),
+        note="direct = find over the library")
     if not mixed:
         return lib, db
     mixed = make_mixed_library(work)

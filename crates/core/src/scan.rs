@@ -106,17 +106,18 @@ pub enum Progress {
     Probed,
 }
 
-struct Job {
-    path: String,
+struct Job<'a> {
+    /// Borrowed from the walk's files, which outlive the probing.
+    path: &'a str,
     stamps: Stamps,
     existing: Option<i64>,
     /// Its index in the walk's files.
     index: usize,
 }
 
-enum Outcome {
-    Scanned(Job, Box<ScannedTrack>),
-    Failed(Job, ProbeError),
+enum Outcome<'a> {
+    Scanned(Job<'a>, Box<ScannedTrack>),
+    Failed(Job<'a>, ProbeError),
 }
 
 fn extension(path: &str) -> String {
@@ -157,13 +158,13 @@ fn check_roots(roots: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 /// Probes one file and computes its content fingerprint.
-fn probe_file(job: &Job) -> Result<ScannedTrack, ProbeError> {
-    let file = File::open(&job.path)?;
+fn probe_file(job: &Job<'_>) -> Result<ScannedTrack, ProbeError> {
+    let file = File::open(job.path)?;
     let src = Source::new(&file as &dyn ReadAt, job.stamps.size);
     let p = probe(&src)?;
     let fingerprint = fingerprint(&src, p.audio_offset, p.audio_length)?;
     Ok(ScannedTrack {
-        backing_path: job.path.clone(),
+        backing_path: job.path.to_string(),
         format: p.format,
         audio_offset: p.audio_offset,
         audio_length: p.audio_length,
@@ -206,7 +207,7 @@ fn hash_range(h: &mut Sha256, src: &Source<'_>, offset: u64, len: u64) -> Result
     Ok(())
 }
 
-fn worker(jobs: Receiver<Job>, results: Sender<Outcome>) {
+fn worker<'a>(jobs: Receiver<Job<'a>>, results: Sender<Outcome<'a>>) {
     for job in jobs {
         let outcome = match probe_file(&job) {
             Ok(t) => Outcome::Scanned(job, Box::new(t)),
@@ -250,6 +251,7 @@ pub fn scan(
         [root] if !opts.follow_symlinks => trusted_devices(root),
         _ => Vec::new(),
     };
+    db.read_mapped(true)?;
     let previous = if devices.is_empty() {
         ScannedDirs::default()
     } else {
@@ -298,6 +300,7 @@ pub fn scan(
         Some(known) => known?,
         None => load_known(db)?,
     };
+    db.read_mapped(false)?;
     tracing::debug!("read stamps from the store at {:?}", started.elapsed());
     add_reused_files(&mut walked, &previous);
     summary.skipped += walked.skipped + walked.reused.skipped_by_name;
@@ -332,7 +335,7 @@ pub fn scan(
             None => None,
         };
         todo.push(Job {
-            path: path.clone(),
+            path,
             stamps,
             existing,
             index,
@@ -352,8 +355,8 @@ pub fn scan(
     tracing::debug!("{} files to probe at {:?}", todo.len(), started.elapsed());
 
     let mut moved = HashSet::new();
-    let (job_tx, job_rx) = bounded::<Job>(opts.jobs * 4);
-    let (res_tx, res_rx) = bounded::<Outcome>(opts.jobs * 4);
+    let (job_tx, job_rx) = bounded::<Job<'_>>(opts.jobs * 4);
+    let (res_tx, res_rx) = bounded::<Outcome<'_>>(opts.jobs * 4);
     let write_result = std::thread::scope(|s| -> anyhow::Result<()> {
         for _ in 0..opts.jobs.max(1) {
             let (jobs, results) = (job_rx.clone(), res_tx.clone());
@@ -565,7 +568,7 @@ struct Results<'a> {
 
 fn write_results(
     db: &mut Store,
-    results: Receiver<Outcome>,
+    results: Receiver<Outcome<'_>>,
     out: &mut Results<'_>,
     progress: &dyn Fn(Progress),
 ) -> anyhow::Result<()> {
@@ -617,7 +620,7 @@ fn write_results(
                     }
                 }
                 Outcome::Failed(job, ProbeError::UnknownFormat | ProbeError::Empty)
-                    if !extension_in(&job.path, AUDIO) && !extension_in(&job.path, UNSERVED_AUDIO) =>
+                    if !extension_in(job.path, AUDIO) && !extension_in(job.path, UNSERVED_AUDIO) =>
                 {
                     kinds[job.index] = Some(EntryKind::NotAudio);
                     summary.skipped += 1;
@@ -625,11 +628,11 @@ fn write_results(
                 Outcome::Failed(job, err) => {
                     let reason = match err {
                         // Audio the user will look for in the mount: say why it is not there.
-                        ProbeError::UnknownFormat if extension_in(&job.path, UNSERVED_AUDIO) => {
+                        ProbeError::UnknownFormat if extension_in(job.path, UNSERVED_AUDIO) => {
                             format!(
                                 "unsupported audio format (.{}): retagfs serves FLAC, MP3, MP4/M4A, \
                                  Ogg Vorbis, Ogg Opus and WAV",
-                                extension(&job.path)
+                                extension(job.path)
                             )
                         }
                         err => err.to_string(),
@@ -637,10 +640,10 @@ fn write_results(
                     // A track that was fine before keeps its row (and its
                     // edited tags); its changed stamps keep it from being served.
                     tracing::info!("{}: {reason}", job.path);
-                    store::record_failure(&tx, &job.path, job.stamps, &reason)?;
+                    store::record_failure(&tx, job.path, job.stamps, &reason)?;
                     kinds[job.index] = Some(EntryKind::Failure);
                     summary.failed += 1;
-                    summary.failures.push((job.path, reason));
+                    summary.failures.push((job.path.to_string(), reason));
                 }
             }
         }
