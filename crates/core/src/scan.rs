@@ -67,17 +67,6 @@ const LOCAL_FILE_SYSTEMS: &[i64] = &[
     0xCA45_1A4E,
 ];
 
-/// A folder is recorded only if its ctime is older than the scan by more
-/// than a tick of the clock that stamps it: a change within the tick the
-/// scan saw would leave the ctime as it was. The kernel's coarse clock
-/// ticks every 1-10 ms; a ctime of a whole second comes from a file system
-/// that keeps whole seconds (ext4 with small inodes), or by chance.
-fn settled(ctime_ns: i64, scan_started_ns: i64) -> bool {
-    const NS: i64 = 1_000_000_000;
-    let tick = if ctime_ns % NS == 0 { NS } else { NS / 10 };
-    ctime_ns < scan_started_ns - tick
-}
-
 /// What a scan did.
 #[derive(Debug, Default, Clone)]
 pub struct ScanSummary {
@@ -290,7 +279,18 @@ pub fn scan(
         summary.unchanged = walked.reused.tracks;
         summary.failed = walked.reused.failures;
         summary.skipped = walked.reused.not_audio + walked.reused.skipped_by_name;
+        db.read_mapped(false)?;
         let tx = db.write()?;
+        // Folders listed and found as recorded keep their entries under
+        // their new times.
+        for dir in &walked.dirs {
+            let Some(previous) = previous.get(&dir.path) else {
+                continue;
+            };
+            if !previous.settled() || previous.stamp != dir.stamp {
+                store::save_scanned_dir(&tx, &dir.path, &previous.seen_again(dir.stamp, started_ns))?;
+            }
+        }
         store::trim_change_log(&tx, CHANGE_LOG_KEEP)?;
         tx.commit()?;
         summary.elapsed = started.elapsed();
@@ -444,13 +444,13 @@ fn nothing_changed(walked: &Walked) -> bool {
     walked.files.is_empty()
         && walked.failures.is_empty()
         && walked.unreadable == 0
-        && walked.dirs.iter().all(|d| d.from_cache)
+        && walked.dirs.iter().all(|d| d.from_record)
 }
 
 /// Adds the files and subfolders of folders taken from the record to
 /// what the walk found, as if they had been listed.
 fn add_reused_files(walked: &mut Walked, previous: &ScannedDirs) {
-    for dir in walked.dirs.iter_mut().filter(|d| d.from_cache) {
+    for dir in walked.dirs.iter_mut().filter(|d| d.from_record) {
         let Some(recorded) = previous.get(&dir.path) else {
             continue;
         };
@@ -503,17 +503,16 @@ impl Folders<'_> {
         let mut walked = HashSet::new();
         for dir in &self.walked.dirs {
             walked.insert(dir.path.as_str());
-            let found = (dir.recordable
-                && settled(dir.stamp.ctime_ns, self.scan_started_ns)
-                && !relist.contains(dir.path.as_str()))
-            .then(|| self.found_in(dir))
-            .flatten();
+            let found = (dir.recordable && !relist.contains(dir.path.as_str()))
+                .then(|| self.found_in(dir))
+                .flatten();
+            let previous = self.previous.get(&dir.path);
             match found {
-                Some(found) if self.previous.get(&dir.path).as_ref() != Some(&found) => {
+                Some(found) if outdated(previous.as_ref(), &found) => {
                     store::save_scanned_dir(tx, &dir.path, &found)?
                 }
                 Some(_) => {}
-                None if self.previous.get(&dir.path).is_some() => store::forget_scanned_dir(tx, &dir.path)?,
+                None if previous.is_some() => store::forget_scanned_dir(tx, &dir.path)?,
                 None => {}
             }
         }
@@ -550,8 +549,25 @@ impl Folders<'_> {
                 stamps: *stamps,
             });
         }
-        Some(ScannedDir::new(dir.stamp, dir.skipped_by_name, entries))
+        Some(ScannedDir::new(
+            dir.stamp,
+            self.scan_started_ns,
+            dir.skipped_by_name,
+            entries,
+        ))
     }
+}
+
+/// Whether a folder's record must be written again to say what this scan
+/// found: it has none, another stamp or other entries, or one written too
+/// soon after the folder changed to be trusted.
+fn outdated(previous: Option<&ScannedDir<'_>>, found: &ScannedDir<'_>) -> bool {
+    previous.is_none_or(|p| {
+        !p.settled()
+            || p.stamp != found.stamp
+            || p.skipped_by_name != found.skipped_by_name
+            || p.entries() != found.entries()
+    })
 }
 
 /// The single writer: applies results in batched transactions.
@@ -655,18 +671,6 @@ fn write_results(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn folders_changed_within_a_tick_of_the_scan_are_not_recorded() {
-        let start = 1_700_000_000_123_456_789;
-        assert!(settled(start - 200_000_000, start));
-        assert!(!settled(start - 50_000_000, start));
-        assert!(!settled(start + 1, start));
-        // Whole seconds: the file system may keep nothing finer.
-        let whole = 1_700_000_000_000_000_000;
-        assert!(!settled(whole, whole + 500_000_000));
-        assert!(settled(whole, whole + 1_500_000_000));
-    }
 
     #[test]
     fn ancestors_are_every_folder_above() {

@@ -6,7 +6,7 @@
 //! whose device, inode, mtime and ctime are unchanged is not listed: its
 //! entries come from the store and only its files are stat'ed.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, OsStr};
 use std::io;
 use std::ops::Range;
@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
-use retagfs_store::{DirStamp, EntryKind, ScannedDir, ScannedDirs, Stamps};
+use retagfs_store::{DirEntry, DirStamp, EntryKind, ScannedDir, ScannedDirs, Stamps};
 
 /// What the walk found.
 #[derive(Default)]
@@ -75,9 +75,10 @@ pub struct WalkedDir {
     /// The folder's path (UTF-8, without a trailing slash).
     pub path: String,
     pub stamp: DirStamp,
-    /// Taken from the cache: its files are not in [`Walked::files`] and
+    /// Its entries are as recorded (taken from the record, or listed and
+    /// found the same): its files are not in [`Walked::files`] and
     /// `subdirs` is empty.
-    pub from_cache: bool,
+    pub from_record: bool,
     /// Whether what was found may be recorded for the next scan: on a
     /// trusted device, listed without errors.
     pub recordable: bool,
@@ -284,12 +285,13 @@ fn read_dir(shared: &Shared<'_>, dir: &Dir, out: &mut Walked) -> Vec<Dir> {
         }
     };
     let trusted = cache.devices.contains(&stamp.device);
-    let unchanged = cache.previous.get(path).filter(|p| trusted && p.stamp == stamp);
-    if let Some(subdirs) = unchanged.and_then(|previous| reuse(shared, dir, &previous, out)) {
+    let previous = cache.previous.get(path).filter(|_| trusted);
+    let unchanged = previous.as_ref().filter(|p| p.stamp == stamp && p.settled());
+    if let Some(subdirs) = unchanged.and_then(|previous| reuse(shared, dir, previous, out)) {
         out.dirs.push(WalkedDir {
             path: path.to_string(),
             stamp,
-            from_cache: true,
+            from_record: true,
             recordable: true,
             subdirs: Vec::new(),
             files: 0..0,
@@ -300,15 +302,70 @@ fn read_dir(shared: &Shared<'_>, dir: &Dir, out: &mut Walked) -> Vec<Dir> {
     let mut record = WalkedDir {
         path: path.to_string(),
         stamp,
-        from_cache: false,
+        from_record: false,
         recordable: trusted,
         subdirs: Vec::new(),
         files: 0..0,
         skipped_by_name: 0,
     };
     let subdirs = list_dir(shared, dir, out, Some(&mut record));
+    // A folder listed because its times changed (or were too recent to
+    // trust) may still hold just what was recorded.
+    let same = previous.filter(|_| record.recordable).and_then(|previous| {
+        let listed = &out.files[record.files.clone()];
+        holds_as_recorded(&previous, &record, listed)
+    });
+    if let Some(counts) = same {
+        out.files.truncate(record.files.start);
+        record.files = 0..0;
+        record.subdirs.clear();
+        record.from_record = true;
+        out.reused.add(counts);
+    }
     out.dirs.push(record);
     subdirs
+}
+
+/// Whether a listed folder holds just what its record says: the same
+/// subfolders, the same files with the same stamps, as many skipped by
+/// name. The counts by kind when it does.
+fn holds_as_recorded(
+    previous: &ScannedDir<'_>,
+    listed: &WalkedDir,
+    files: &[(String, Stamps)],
+) -> Option<Reused> {
+    let entries = previous.entries()?;
+    let recorded: HashMap<&[u8], &DirEntry<'_>> = entries.iter().map(|e| (e.name.to_bytes(), e)).collect();
+    let all_listed = listed.subdirs.len() + files.len();
+    let one_each = recorded.len() == entries.len();
+    if previous.skipped_by_name != listed.skipped_by_name || !one_each || entries.len() != all_listed {
+        return None;
+    }
+    if !listed.subdirs.iter().all(|name| {
+        recorded
+            .get(name.as_bytes())
+            .is_some_and(|e| e.kind == EntryKind::Dir)
+    }) {
+        return None;
+    }
+    let mut counts = Reused {
+        skipped_by_name: listed.skipped_by_name,
+        ..Reused::default()
+    };
+    for (path, stamps) in files {
+        let name = path.get(listed.path.len() + 1..)?;
+        let entry = recorded.get(name.as_bytes())?;
+        if entry.stamps != *stamps {
+            return None;
+        }
+        match entry.kind {
+            EntryKind::Dir => return None,
+            EntryKind::Track => counts.tracks += 1,
+            EntryKind::Failure => counts.failures += 1,
+            EntryKind::NotAudio => counts.not_audio += 1,
+        }
+    }
+    Some(counts)
 }
 
 fn open_dir(path: &Path) -> io::Result<OwnedFd> {

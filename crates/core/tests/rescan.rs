@@ -19,6 +19,13 @@ fn fixtures() -> PathBuf {
 /// Three folders of fixtures (one with a file that fails, a name skipped
 /// by extension and a file that is not audio), left to settle.
 fn library() -> tempfile::TempDir {
+    let dir = fresh_library();
+    std::thread::sleep(Duration::from_millis(1100));
+    dir
+}
+
+/// The same, scanned as soon as it is made.
+fn fresh_library() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for (folder, files) in [
         ("a", &["tagged.flac", "tagged.mp3"][..]),
@@ -32,7 +39,6 @@ fn library() -> tempfile::TempDir {
         }
     }
     std::fs::write(dir.path().join("c/not-audio.bin"), b"plain bytes, not audio").unwrap();
-    std::thread::sleep(Duration::from_millis(1100));
     dir
 }
 
@@ -69,12 +75,17 @@ fn recorded(db: &Store) -> i64 {
 /// A store holding the library, scanned twice so that the second scan
 /// took every folder from the record.
 fn scanned(lib: &Path) -> (tempfile::TempDir, Store) {
+    let (store_dir, db) = scanned_once(lib);
+    // The root, a, b, b/inner and c.
+    assert_eq!(recorded(&db), 5);
+    (store_dir, db)
+}
+
+fn scanned_once(lib: &Path) -> (tempfile::TempDir, Store) {
     let store_dir = tempfile::tempdir().unwrap();
     let mut db = Store::open(&store_dir.path().join("store.db")).unwrap();
     let first = rescan(&mut db, lib, false, false);
     assert_eq!(counts(&first), [6, 0, 0, 0, 0, 0, 1, 2], "{first:?}");
-    // The root, a, b, b/inner and c.
-    assert_eq!(recorded(&db), 5);
     (store_dir, db)
 }
 
@@ -171,4 +182,28 @@ fn a_scan_that_follows_symlinks_forgets_the_record() {
     let s = rescan(&mut db, lib.path(), false, false);
     assert_eq!(counts(&s), [0, 0, 0, 6, 0, 0, 1, 2], "{s:?}");
     assert_eq!(recorded(&db), 5);
+}
+
+#[test]
+fn folders_too_new_to_trust_are_listed_and_every_change_is_found() {
+    let lib = fresh_library();
+    let root = lib.path();
+    let (_store, mut db) = scanned_once(root);
+    // At once: every folder changed too recently for its times to be
+    // trusted, so each is listed (and found as recorded).
+    let s = rescan(&mut db, root, false, false);
+    assert_eq!(counts(&s), [0, 0, 0, 6, 0, 0, 1, 2], "{s:?}");
+    // Changes made right after a scan.
+    let untagged = std::fs::read(fixtures().join("untagged.flac")).unwrap();
+    std::fs::write(root.join("a/tagged.flac"), &untagged).unwrap();
+    std::fs::write(root.join("c/new.flac"), &untagged).unwrap();
+    let s = rescan(&mut db, root, false, false);
+    assert_eq!(counts(&s), [1, 1, 0, 5, 0, 0, 1, 2], "{s:?}");
+    std::thread::sleep(Duration::from_millis(150));
+    let s = rescan(&mut db, root, false, false);
+    assert_eq!(counts(&s), [0, 0, 0, 7, 0, 0, 1, 2], "{s:?}");
+    assert_eq!(recorded(&db), 5);
+    std::fs::remove_file(root.join("b/inner/tagged.ogg")).unwrap();
+    let s = rescan(&mut db, root, false, false);
+    assert_eq!(counts(&s), [0, 0, 0, 6, 0, 1, 1, 2], "{s:?}");
 }

@@ -68,6 +68,8 @@ pub struct DirEntry<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScannedDir<'a> {
     pub stamp: DirStamp,
+    /// When the scan that saw it started (ns since the Unix epoch).
+    pub scanned_ns: i64,
     /// Files skipped by their name (not audio).
     pub skipped_by_name: u64,
     pub(crate) entries: Cow<'a, [u8]>,
@@ -76,9 +78,9 @@ pub struct ScannedDir<'a> {
 /// The record of every scanned folder, found by path: one buffer of
 /// paths and one of entries rather than two allocations per folder.
 pub struct ScannedDirs {
-    /// Each folder's stamp, skipped count and where its entries end in
-    /// `entries` (they start where the previous folder's end).
-    table: PathTable<(DirStamp, u64, usize)>,
+    /// Each folder's stamp, scan time, skipped count and where its
+    /// entries end in `entries` (they start where the previous folder's end).
+    table: PathTable<(DirStamp, i64, u64, usize)>,
     entries: Vec<u8>,
 }
 
@@ -96,21 +98,22 @@ impl ScannedDirs {
         }
     }
 
-    pub(crate) fn push(&mut self, path: &str, stamp: DirStamp, skipped_by_name: u64, entries: &[u8]) {
-        self.entries.extend_from_slice(entries);
-        self.table
-            .push(path, (stamp, skipped_by_name, self.entries.len()));
+    pub(crate) fn push(&mut self, path: &str, dir: &ScannedDir<'_>) {
+        self.entries.extend_from_slice(&dir.entries);
+        let row = (dir.stamp, dir.scanned_ns, dir.skipped_by_name, self.entries.len());
+        self.table.push(path, row);
     }
 
     /// The folder at `path`, as the last scan left it.
     pub fn get(&self, path: &str) -> Option<ScannedDir<'_>> {
         let row = self.table.find(path)?;
-        let &(stamp, skipped_by_name, end) = self.table.value(row);
+        let &(stamp, scanned_ns, skipped_by_name, end) = self.table.value(row);
         let start = row
             .checked_sub(1)
-            .map_or(0, |previous| self.table.value(previous).2);
+            .map_or(0, |previous| self.table.value(previous).3);
         Some(ScannedDir {
             stamp,
+            scanned_ns,
             skipped_by_name,
             entries: Cow::Borrowed(&self.entries[start..end]),
         })
@@ -135,6 +138,7 @@ const STAMPS_LEN: usize = 24;
 impl ScannedDir<'_> {
     pub fn new<'e>(
         stamp: DirStamp,
+        scanned_ns: i64,
         skipped_by_name: u64,
         entries: impl IntoIterator<Item = DirEntry<'e>>,
     ) -> ScannedDir<'static> {
@@ -150,8 +154,32 @@ impl ScannedDir<'_> {
         }
         ScannedDir {
             stamp,
+            scanned_ns,
             skipped_by_name,
             entries: Cow::Owned(blob),
+        }
+    }
+
+    /// Whether the folder's times can be trusted to show any later change:
+    /// its ctime is older than the scan that saw it by more than a tick of
+    /// the clock that stamps it (a change within the tick the scan saw
+    /// would leave the ctime as it was). The kernel's coarse clock ticks
+    /// every 1-10 ms; a ctime of a whole second comes from a file system
+    /// that keeps whole seconds (ext4 with small inodes), or by chance.
+    pub fn settled(&self) -> bool {
+        const NS: i64 = 1_000_000_000;
+        let ctime = self.stamp.ctime_ns;
+        let tick = if ctime % NS == 0 { NS } else { NS / 10 };
+        ctime < self.scanned_ns.saturating_sub(tick)
+    }
+
+    /// The same entries, as a folder with another stamp seen by another scan.
+    pub fn seen_again(&self, stamp: DirStamp, scanned_ns: i64) -> ScannedDir<'_> {
+        ScannedDir {
+            stamp,
+            scanned_ns,
+            skipped_by_name: self.skipped_by_name,
+            entries: Cow::Borrowed(&self.entries),
         }
     }
 
@@ -228,24 +256,47 @@ mod tests {
             file(c"broken.mp3", EntryKind::Failure, 0),
             file(c"x.bin", EntryKind::NotAudio, 12),
         ];
-        let dir = ScannedDir::new(stamp(), 3, entries.clone());
+        let dir = ScannedDir::new(stamp(), 5, 3, entries.clone());
         assert_eq!(dir.entries().unwrap(), entries);
         let mut all = ScannedDirs::default();
-        all.push("/a", stamp(), 0, &[]);
-        all.push("/a/b", dir.stamp, 3, &dir.entries);
-        all.push("/a/c", stamp(), 1, &[0, b'x', 0]);
+        all.push("/a", &ScannedDir::new(stamp(), 1, 0, []));
+        all.push("/a/b", &dir);
+        let c = ScannedDir {
+            entries: Cow::Borrowed(&[0, b'x', 0]),
+            ..ScannedDir::new(stamp(), 2, 1, [])
+        };
+        all.push("/a/c", &c);
         assert_eq!(all.get("/a/b"), Some(dir.clone()));
+        assert_eq!(all.get("/a/c"), Some(c));
         assert_eq!(all.get("/a").unwrap().entries().unwrap(), []);
         assert_eq!(all.get("/a/c").unwrap().entries().unwrap()[0].name, c"x");
         assert_eq!(all.get("/a/d"), None);
         assert_eq!(all.paths().collect::<Vec<_>>(), ["/a", "/a/b", "/a/c"]);
-        assert_eq!(ScannedDir::new(stamp(), 0, []).entries().unwrap(), []);
+        assert_eq!(ScannedDir::new(stamp(), 0, 0, []).entries().unwrap(), []);
+    }
+
+    #[test]
+    fn folders_changed_within_a_tick_of_their_scan_are_not_settled() {
+        let at = |ctime_ns, scanned_ns| {
+            let stamp = DirStamp { ctime_ns, ..stamp() };
+            ScannedDir::new(stamp, scanned_ns, 0, []).settled()
+        };
+        let start = 1_700_000_000_123_456_789;
+        assert!(at(start - 200_000_000, start));
+        assert!(!at(start - 50_000_000, start));
+        assert!(!at(start + 1, start));
+        // Whole seconds: the file system may keep nothing finer.
+        let whole = 1_700_000_000_000_000_000;
+        assert!(!at(whole, whole + 500_000_000));
+        assert!(at(whole, whole + 1_500_000_000));
+        assert!(!at(i64::MIN + 5, i64::MIN));
     }
 
     #[test]
     fn a_damaged_blob_is_refused_not_misread() {
         let dir = ScannedDir::new(
             stamp(),
+            0,
             0,
             [DirEntry {
                 name: c"a.flac",

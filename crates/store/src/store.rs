@@ -1,5 +1,6 @@
 //! Opening, migrating and querying the store.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -311,26 +312,29 @@ impl Store {
             .conn
             .query_row("SELECT count(*) FROM scanned_dirs", [], |r| r.get(0))?;
         let count = usize::try_from(count).unwrap_or(0);
-        let mut stmt = self
-            .conn
-            .prepare("SELECT path, device, inode, mtime_ns, ctime_ns, skipped, entries FROM scanned_dirs")?;
+        let mut stmt = self.conn.prepare(
+            "SELECT path, device, inode, mtime_ns, ctime_ns, scanned_ns, skipped, entries FROM scanned_dirs",
+        )?;
         // Folder paths of a music library run about 60 bytes.
         let mut out = ScannedDirs::with_capacity(count, count * 60);
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
             let row = (|| -> rusqlite::Result<_> {
-                let stamp = DirStamp {
-                    device: r.get::<_, i64>(1)? as u64,
-                    inode: r.get::<_, i64>(2)? as u64,
-                    mtime_ns: r.get(3)?,
-                    ctime_ns: r.get(4)?,
+                let dir = ScannedDir {
+                    stamp: DirStamp {
+                        device: r.get::<_, i64>(1)? as u64,
+                        inode: r.get::<_, i64>(2)? as u64,
+                        mtime_ns: r.get(3)?,
+                        ctime_ns: r.get(4)?,
+                    },
+                    scanned_ns: r.get(5)?,
+                    skipped_by_name: r.get::<_, i64>(6)?.max(0) as u64,
+                    entries: Cow::Borrowed(r.get_ref(7)?.as_blob()?),
                 };
-                let path = r.get_ref(0)?.as_str()?;
-                let entries = r.get_ref(6)?.as_blob()?;
-                Ok((path, stamp, r.get::<_, i64>(5)?.max(0) as u64, entries))
+                Ok((r.get_ref(0)?.as_str()?, dir))
             })();
-            if let Ok((path, stamp, skipped, entries)) = row {
-                out.push(path, stamp, skipped, entries);
+            if let Ok((path, dir)) = row {
+                out.push(path, &dir);
             }
         }
         Ok(out)
@@ -834,8 +838,9 @@ pub fn delete_orphan_art(tx: &Transaction<'_>) -> Result<usize> {
 /// Records what a scan saw in the folder at `path`.
 pub fn save_scanned_dir(tx: &Transaction, path: &str, dir: &ScannedDir<'_>) -> Result<()> {
     tx.prepare_cached(
-        "INSERT OR REPLACE INTO scanned_dirs (path, device, inode, mtime_ns, ctime_ns, skipped, entries) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT OR REPLACE INTO scanned_dirs \
+         (path, device, inode, mtime_ns, ctime_ns, scanned_ns, skipped, entries) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?
     .execute(params![
         path,
@@ -843,6 +848,7 @@ pub fn save_scanned_dir(tx: &Transaction, path: &str, dir: &ScannedDir<'_>) -> R
         dir.stamp.inode as i64,
         dir.stamp.mtime_ns,
         dir.stamp.ctime_ns,
+        dir.scanned_ns,
         dir.skipped_by_name as i64,
         &dir.entries[..]
     ])?;
