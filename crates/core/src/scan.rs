@@ -276,23 +276,7 @@ pub fn scan(
     });
     tracing::debug!("walked {} files at {:?}", walked.files.len(), started.elapsed());
     if expect_unchanged && nothing_changed(&walked) {
-        summary.unchanged = walked.reused.tracks;
-        summary.failed = walked.reused.failures;
-        summary.skipped = walked.reused.not_audio + walked.reused.skipped_by_name;
-        db.read_mapped(false)?;
-        let tx = db.write()?;
-        // Folders listed and found as recorded keep their entries under
-        // their new times.
-        for dir in &walked.dirs {
-            let Some(previous) = previous.get(&dir.path) else {
-                continue;
-            };
-            if !previous.settled() || previous.stamp != dir.stamp {
-                store::save_scanned_dir(&tx, &dir.path, &previous.seen_again(dir.stamp, started_ns))?;
-            }
-        }
-        store::trim_change_log(&tx, CHANGE_LOG_KEEP)?;
-        tx.commit()?;
+        let mut summary = finish_unchanged(db, &walked, &previous, started_ns)?;
         summary.elapsed = started.elapsed();
         return Ok(summary);
     }
@@ -307,40 +291,11 @@ pub fn scan(
     summary.failed += walked.failures.len() as u64;
     summary.failures.extend(walked.failures.iter().cloned());
 
-    // Each file found marks its row seen: the rows left unseen are gone.
-    // What each file turned out to be is recorded with its folder.
-    let mut seen = vec![false; known.len()];
-    let mut kinds: Vec<Option<EntryKind>> = vec![None; walked.files.len()];
-    let mut todo = Vec::new();
-    for (index, (path, stamps)) in walked.files.iter().enumerate() {
-        let stamps = *stamps;
-        let failure = (!known_failures.is_empty())
-            .then(|| known_failures.remove(path))
-            .flatten();
-        let existing = match known.find(path) {
-            Some(row) => {
-                seen[row] = true;
-                if known.stamps(row) == stamps {
-                    summary.unchanged += 1;
-                    kinds[index] = Some(EntryKind::Track);
-                    continue;
-                }
-                Some(known.id(row))
-            }
-            None if failure == Some(stamps) => {
-                summary.failed += 1;
-                kinds[index] = Some(EntryKind::Failure);
-                continue;
-            }
-            None => None,
-        };
-        todo.push(Job {
-            path,
-            stamps,
-            existing,
-            index,
-        });
-    }
+    let Compared {
+        todo,
+        mut kinds,
+        seen,
+    } = compare(&walked, &known, &mut known_failures, &mut summary);
     let mut missing: Vec<i64> = (0..known.len())
         .filter(|&row| !seen[row] && under_roots(known.path(row), &roots))
         .map(|row| known.id(row))
@@ -355,30 +310,13 @@ pub fn scan(
     tracing::debug!("{} files to probe at {:?}", todo.len(), started.elapsed());
 
     let mut moved = HashSet::new();
-    let (job_tx, job_rx) = bounded::<Job<'_>>(opts.jobs * 4);
-    let (res_tx, res_rx) = bounded::<Outcome<'_>>(opts.jobs * 4);
-    let write_result = std::thread::scope(|s| -> anyhow::Result<()> {
-        for _ in 0..opts.jobs.max(1) {
-            let (jobs, results) = (job_rx.clone(), res_tx.clone());
-            s.spawn(move || worker(jobs, results));
-        }
-        drop((job_rx, res_tx));
-        s.spawn(move || {
-            for job in todo {
-                if job_tx.send(job).is_err() {
-                    return;
-                }
-            }
-        });
-        let mut results = Results {
-            moved_from: &mut moved_from,
-            moved: &mut moved,
-            kinds: &mut kinds,
-            summary: &mut summary,
-        };
-        write_results(db, res_rx, &mut results, progress)
-    });
-    write_result?;
+    let mut results = Results {
+        moved_from: &mut moved_from,
+        moved: &mut moved,
+        kinds: &mut kinds,
+        summary: &mut summary,
+    };
+    probe_and_write(db, opts.jobs, todo, &mut results, progress)?;
 
     tracing::debug!("probed and written at {:?}", started.elapsed());
     let still_missing: HashSet<i64> = missing.into_iter().filter(|id| !moved.contains(id)).collect();
@@ -419,6 +357,118 @@ pub fn scan(
     tx.commit()?;
     summary.elapsed = started.elapsed();
     Ok(summary)
+}
+
+/// Ends a scan that found every folder as recorded and every file
+/// unchanged: nothing to probe, no track to read.
+fn finish_unchanged(
+    db: &mut Store,
+    walked: &Walked,
+    previous: &ScannedDirs,
+    started_ns: i64,
+) -> anyhow::Result<ScanSummary> {
+    db.read_mapped(false)?;
+    let tx = db.write()?;
+    // Folders listed and found as recorded keep their entries under their
+    // new times.
+    for dir in &walked.dirs {
+        let Some(previous) = previous.get(&dir.path) else {
+            continue;
+        };
+        if !previous.settled() || previous.stamp != dir.stamp {
+            store::save_scanned_dir(&tx, &dir.path, &previous.seen_again(dir.stamp, started_ns))?;
+        }
+    }
+    store::trim_change_log(&tx, CHANGE_LOG_KEEP)?;
+    tx.commit()?;
+    Ok(ScanSummary {
+        unchanged: walked.reused.tracks,
+        failed: walked.reused.failures,
+        skipped: walked.reused.not_audio + walked.reused.skipped_by_name,
+        ..ScanSummary::default()
+    })
+}
+
+/// The walk's files held against the store.
+struct Compared<'a> {
+    /// Files to probe.
+    todo: Vec<Job<'a>>,
+    /// What each file of the walk is, where already known.
+    kinds: Vec<Option<EntryKind>>,
+    /// Which tracks' files were found.
+    seen: Vec<bool>,
+}
+
+/// Holds every file found against the track (or recorded failure) at its
+/// path: unchanged ones are counted, the others are to be probed.
+fn compare<'a>(
+    walked: &'a Walked,
+    known: &KnownStamps,
+    known_failures: &mut PathMap<Stamps>,
+    summary: &mut ScanSummary,
+) -> Compared<'a> {
+    let mut out = Compared {
+        todo: Vec::new(),
+        kinds: vec![None; walked.files.len()],
+        seen: vec![false; known.len()],
+    };
+    for (index, (path, stamps)) in walked.files.iter().enumerate() {
+        let stamps = *stamps;
+        let failure = (!known_failures.is_empty())
+            .then(|| known_failures.remove(path))
+            .flatten();
+        let existing = match known.find(path) {
+            Some(row) => {
+                out.seen[row] = true;
+                if known.stamps(row) == stamps {
+                    summary.unchanged += 1;
+                    out.kinds[index] = Some(EntryKind::Track);
+                    continue;
+                }
+                Some(known.id(row))
+            }
+            None if failure == Some(stamps) => {
+                summary.failed += 1;
+                out.kinds[index] = Some(EntryKind::Failure);
+                continue;
+            }
+            None => None,
+        };
+        out.todo.push(Job {
+            path,
+            stamps,
+            existing,
+            index,
+        });
+    }
+    out
+}
+
+/// Probes the files on `jobs` threads while this one writes the results.
+fn probe_and_write<'a>(
+    db: &mut Store,
+    jobs: usize,
+    todo: Vec<Job<'a>>,
+    results: &mut Results<'_>,
+    progress: &dyn Fn(Progress),
+) -> anyhow::Result<()> {
+    let (job_tx, job_rx) = bounded::<Job<'a>>(jobs * 4);
+    let (res_tx, res_rx) = bounded::<Outcome<'a>>(jobs * 4);
+    std::thread::scope(|s| {
+        for _ in 0..jobs.max(1) {
+            let (jobs, results) = (job_rx.clone(), res_tx.clone());
+            s.spawn(move || worker(jobs, results));
+        }
+        drop((job_rx, res_tx));
+        s.spawn(move || {
+            for job in todo {
+                if job_tx.send(job).is_err() {
+                    return;
+                }
+            }
+        });
+        write_results(db, res_rx, results, progress)
+    })
 }
 
 /// The store's stamps of every track and recorded failure.
