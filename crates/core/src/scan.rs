@@ -368,19 +368,30 @@ fn finish_unchanged(
     started_ns: i64,
 ) -> anyhow::Result<ScanSummary> {
     db.read_mapped(false)?;
-    let tx = db.write()?;
     // Folders listed and found as recorded keep their entries under their
     // new times.
-    for dir in &walked.dirs {
-        let Some(previous) = previous.get(&dir.path) else {
-            continue;
-        };
-        if !previous.settled() || previous.stamp != dir.stamp {
-            store::save_scanned_dir(&tx, &dir.path, &previous.seen_again(dir.stamp, started_ns))?;
+    let relisted: Vec<(&str, ScannedDir<'_>)> = walked
+        .dirs
+        .iter()
+        .filter_map(|dir| {
+            let previous = previous.get(&dir.path)?;
+            let stale = !previous.settled() || previous.stamp != dir.stamp;
+            stale.then(|| (dir.path.as_str(), previous.seen_again(dir.stamp, started_ns)))
+        })
+        .collect();
+    let log_full = db.first_change_seq()?.is_some_and(|first| {
+        db.last_change_seq()
+            .is_ok_and(|last| last - first >= CHANGE_LOG_KEEP)
+    });
+    // Nothing to write: no write transaction either.
+    if !relisted.is_empty() || log_full {
+        let tx = db.write()?;
+        for (path, found) in &relisted {
+            store::save_scanned_dir(&tx, path, found)?;
         }
+        store::trim_change_log(&tx, CHANGE_LOG_KEEP)?;
+        tx.commit()?;
     }
-    store::trim_change_log(&tx, CHANGE_LOG_KEEP)?;
-    tx.commit()?;
     Ok(ScanSummary {
         unchanged: walked.reused.tracks,
         failed: walked.reused.failures,

@@ -173,16 +173,6 @@ impl ScannedDir<'_> {
         ctime < self.scanned_ns.saturating_sub(tick)
     }
 
-    /// The same entries, as a folder with another stamp seen by another scan.
-    pub fn seen_again(&self, stamp: DirStamp, scanned_ns: i64) -> ScannedDir<'_> {
-        ScannedDir {
-            stamp,
-            scanned_ns,
-            skipped_by_name: self.skipped_by_name,
-            entries: Cow::Borrowed(&self.entries),
-        }
-    }
-
     /// The entries, or None when the blob is not a valid encoding (a row
     /// written by something else: the folder is then listed again).
     pub fn entries(&self) -> Option<Vec<DirEntry<'_>>> {
@@ -215,6 +205,17 @@ impl ScannedDir<'_> {
             out.push(DirEntry { name, kind, stamps });
         }
         Some(out)
+    }
+}
+
+impl<'a> ScannedDir<'a> {
+    /// The same entries, as a folder with another stamp seen by another scan.
+    pub fn seen_again(self, stamp: DirStamp, scanned_ns: i64) -> ScannedDir<'a> {
+        ScannedDir {
+            stamp,
+            scanned_ns,
+            ..self
+        }
     }
 }
 
