@@ -511,6 +511,7 @@ fn nothing_changed(walked: &Walked) -> bool {
 /// Adds the files and subfolders of folders taken from the record to
 /// what the walk found, as if they had been listed.
 fn add_reused_files(walked: &mut Walked, previous: &ScannedDirs) {
+    let walked_dirs: HashSet<String> = walked.dirs.iter().map(|d| d.path.clone()).collect();
     for dir in walked.dirs.iter_mut().filter(|d| d.from_record) {
         let Some(recorded) = previous.get(&dir.path) else {
             continue;
@@ -523,6 +524,12 @@ fn add_reused_files(walked: &mut Walked, previous: &ScannedDirs) {
                 continue;
             };
             if entry.kind == EntryKind::Dir {
+                // A recorded subfolder the walk could not read (the record
+                // lies, or it went away during the walk): list this folder
+                // next time rather than record it again.
+                if !walked_dirs.contains(&format!("{}/{name}", dir.path)) {
+                    dir.recordable = false;
+                }
                 dir.subdirs.push(name.to_string());
             } else {
                 walked.files.push((format!("{}/{name}", dir.path), entry.stamps));

@@ -207,3 +207,51 @@ fn folders_too_new_to_trust_are_listed_and_every_change_is_found() {
     let s = rescan(&mut db, root, false, false);
     assert_eq!(counts(&s), [0, 0, 0, 6, 0, 1, 1, 2], "{s:?}");
 }
+
+#[test]
+fn record_rows_that_lie_or_do_not_decode_are_listed_again() {
+    let lib = library();
+    let root = lib.path().canonicalize().unwrap();
+    let (_store, mut db) = scanned(&root);
+    let conn = db.conn();
+    let a = format!("{}/a", root.display());
+    // A subfolder that does not exist, added to a's entries.
+    conn.execute(
+        "UPDATE scanned_dirs SET entries = entries || x'0067686f737400' WHERE path = ?1",
+        [&a],
+    )
+    .unwrap();
+    // Text where a number belongs, a count below zero, a relative path.
+    conn.execute(
+        "UPDATE scanned_dirs SET device = 'not a number' WHERE path = ?1",
+        [format!("{}/c", root.display())],
+    )
+    .unwrap();
+    conn.execute_batch("PRAGMA ignore_check_constraints = ON")
+        .unwrap();
+    conn.execute(
+        "UPDATE scanned_dirs SET skipped = -5 WHERE path = ?1",
+        [format!("{}/b/inner", root.display())],
+    )
+    .unwrap();
+    conn.execute(
+        "INSERT INTO scanned_dirs VALUES ('relative/x', 1, 2, 3, 4, 5, 6, x'01')",
+        [],
+    )
+    .unwrap();
+    conn.execute_batch("PRAGMA ignore_check_constraints = OFF")
+        .unwrap();
+    for _ in 0..3 {
+        let s = rescan(&mut db, &root, false, false);
+        assert_eq!(counts(&s), [0, 0, 0, 6, 0, 0, 1, 2], "{s:?}");
+    }
+    let ghosts: i64 = db
+        .conn()
+        .query_row(
+            "SELECT count(*) FROM scanned_dirs WHERE instr(entries, 'ghost') > 0",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(ghosts, 0);
+}
