@@ -216,12 +216,30 @@ fn record_rows_that_lie_or_do_not_decode_are_listed_again() {
     let conn = db.conn();
     let a = format!("{}/a", root.display());
     // A subfolder that does not exist, added to a's entries.
+    let changed = conn
+        .execute(
+            "UPDATE scanned_dirs SET entries = CAST(entries || x'0067686f737400' AS BLOB) WHERE path = ?1",
+            [&a],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    let ghosts = |db: &Store| -> i64 {
+        db.conn()
+            .query_row(
+                "SELECT count(*) FROM scanned_dirs WHERE instr(entries, 'ghost') > 0",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    assert_eq!(ghosts(&db), 1);
+    // Text where a number or the blob belongs, a count below zero, a
+    // relative path.
     conn.execute(
-        "UPDATE scanned_dirs SET entries = entries || x'0067686f737400' WHERE path = ?1",
-        [&a],
+        "UPDATE scanned_dirs SET entries = CAST(entries AS TEXT) WHERE path = ?1",
+        [format!("{}/b", root.display())],
     )
     .unwrap();
-    // Text where a number belongs, a count below zero, a relative path.
     conn.execute(
         "UPDATE scanned_dirs SET device = 'not a number' WHERE path = ?1",
         [format!("{}/c", root.display())],
@@ -245,13 +263,5 @@ fn record_rows_that_lie_or_do_not_decode_are_listed_again() {
         let s = rescan(&mut db, &root, false, false);
         assert_eq!(counts(&s), [0, 0, 0, 6, 0, 0, 1, 2], "{s:?}");
     }
-    let ghosts: i64 = db
-        .conn()
-        .query_row(
-            "SELECT count(*) FROM scanned_dirs WHERE instr(entries, 'ghost') > 0",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(ghosts, 0);
+    assert_eq!(ghosts(&db), 0);
 }
