@@ -222,6 +222,23 @@ impl<'a> ScannedDir<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any bytes decode without panicking, and what decodes encodes
+        /// back to the same bytes.
+        #[test]
+        fn any_blob_decodes_to_what_it_encodes(blob in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let dir = ScannedDir {
+                entries: Cow::Borrowed(&blob),
+                ..ScannedDir::new(stamp(), 0, 0, [])
+            };
+            if let Some(entries) = dir.entries() {
+                let again = ScannedDir::new(stamp(), 0, 0, entries);
+                prop_assert_eq!(&again.entries[..], &blob[..]);
+            }
+        }
+    }
 
     fn stamp() -> DirStamp {
         DirStamp {
