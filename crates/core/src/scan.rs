@@ -350,8 +350,11 @@ pub fn scan(
         folders.record(&tx, &ancestors(&kept))?;
     } else {
         // Files found through symlinks or several roots at once are not in
-        // the record: it would no longer tell the whole story.
-        store::forget_scanned_dirs(&tx)?;
+        // the record: below these roots it would no longer tell the whole
+        // story.
+        for root in &roots {
+            store::forget_scanned_dirs_under(&tx, &root.to_string_lossy())?;
+        }
     }
     store::trim_change_log(&tx, CHANGE_LOG_KEEP)?;
     tx.commit()?;

@@ -862,8 +862,14 @@ pub fn forget_scanned_dir(tx: &Transaction, path: &str) -> Result<()> {
     Ok(())
 }
 
-/// Forgets every folder: the next scan lists them all again.
-pub fn forget_scanned_dirs(tx: &Transaction) -> Result<()> {
-    tx.execute("DELETE FROM scanned_dirs", [])?;
+/// Forgets the folder at `root` and every folder below it: the next scan
+/// lists them again.
+pub fn forget_scanned_dirs_under(tx: &Transaction, root: &str) -> Result<()> {
+    let root = root.trim_end_matches('/');
+    // Paths below `root` sort between `root/` and `root0` ('0' follows '/').
+    tx.prepare_cached(
+        "DELETE FROM scanned_dirs WHERE path = ?1 OR (path >= ?1 || '/' AND path < ?1 || '0')",
+    )?
+    .execute([root])?;
     Ok(())
 }

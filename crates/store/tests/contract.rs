@@ -2,7 +2,8 @@
 //! constraints reject malformed rows, newer stores are refused.
 
 use retagfs_store::{
-    self as store, BackingPart, Format, NewArt, PartKind, ScannedTrack, Stamps, Store, StoreError,
+    self as store, BackingPart, DirStamp, Format, NewArt, PartKind, ScannedDir, ScannedTrack, Stamps, Store,
+    StoreError,
 };
 
 fn track(path: &str) -> ScannedTrack {
@@ -213,4 +214,34 @@ fn scanned_values_of_a_key_keep_their_order_on_every_write() {
     store::write_scanned(&tx, &track("/m/a.flac"), Some(id)).unwrap();
     tx.commit().unwrap();
     assert_eq!(positions(&db, id), expected);
+}
+
+#[test]
+fn scanned_folders_round_trip_and_are_forgotten_below_a_root_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut db = Store::open(&dir.path().join("s.db")).unwrap();
+    let stamp = DirStamp {
+        device: u64::MAX - 1,
+        inode: 42,
+        mtime_ns: -7,
+        ctime_ns: 1_700_000_000_000_000_001,
+    };
+    let paths = ["/m", "/m/a", "/m/a/b", "/m/%_", "/m-x", "/m0", "/ma", "/n/m"];
+    let tx = db.write().unwrap();
+    for (i, p) in paths.iter().enumerate() {
+        store::save_scanned_dir(&tx, p, &ScannedDir::new(stamp, i as i64, i as u64, [])).unwrap();
+    }
+    tx.commit().unwrap();
+    let all = db.scanned_dirs().unwrap();
+    assert_eq!(all.len(), paths.len());
+    let b = all.get("/m/a/b").unwrap();
+    assert_eq!((b.stamp, b.scanned_ns, b.skipped_by_name), (stamp, 2, 2));
+
+    let tx = db.write().unwrap();
+    store::forget_scanned_dirs_under(&tx, "/m/").unwrap();
+    tx.commit().unwrap();
+    let left = db.scanned_dirs().unwrap();
+    let mut left: Vec<&str> = left.paths().collect();
+    left.sort();
+    assert_eq!(left, ["/m-x", "/m0", "/ma", "/n/m"]);
 }
