@@ -265,3 +265,28 @@ fn record_rows_that_lie_or_do_not_decode_are_listed_again() {
     }
     assert_eq!(ghosts(&db), 0);
 }
+
+#[test]
+fn a_scan_waits_for_another_scan_of_the_same_store() {
+    let lib = library();
+    let store_dir = tempfile::tempdir().unwrap();
+    let db_path = store_dir.path().join("store.db");
+    let holder = Store::open(&db_path).unwrap();
+    let held = holder.lock_for_scan(|| {}).unwrap();
+    let root = lib.path().to_path_buf();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let scan_done = done.clone();
+    let scanning = std::thread::spawn(move || {
+        let mut db = Store::open(&db_path).unwrap();
+        let s = rescan(&mut db, &root, false, false);
+        scan_done.store(true, std::sync::atomic::Ordering::SeqCst);
+        s
+    });
+    // The library scans in a few tens of milliseconds when nothing holds
+    // the lock.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!done.load(std::sync::atomic::Ordering::SeqCst));
+    drop(held);
+    let s = scanning.join().unwrap();
+    assert_eq!(counts(&s), [6, 0, 0, 0, 0, 0, 1, 2], "{s:?}");
+}

@@ -46,6 +46,8 @@ pub enum StoreError {
     NoSuchArt(String),
     #[error("track {track_id} links art {sha256} that the art table does not have")]
     MissingArt { track_id: i64, sha256: String },
+    #[error("{path}: {source}")]
+    Lock { path: String, source: std::io::Error },
     #[error(transparent)]
     Sql(#[from] rusqlite::Error),
 }
@@ -55,6 +57,11 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 /// A connection to a store.
 pub struct Store {
     conn: Connection,
+}
+
+/// The store's scan lock, held until dropped ([`Store::lock_for_scan`]).
+pub struct ScanLock {
+    _file: std::fs::File,
 }
 
 fn now_secs() -> i64 {
@@ -171,6 +178,39 @@ impl Store {
         let size: i64 = if on { 1 << 30 } else { 0 };
         self.conn.pragma_update(None, "mmap_size", size)?;
         Ok(())
+    }
+
+    /// Takes the store's scan lock, waiting while another scan holds it
+    /// (`waiting` is called first if it must wait); held until the lock
+    /// is dropped, and let go by the kernel if the process dies. Scans of
+    /// one store then run one after the other: two at once could each
+    /// record what it saw of a file the other one wrote last. The lock is
+    /// a file beside the database (`<db>-scan.lock`); an in-memory store
+    /// has none.
+    pub fn lock_for_scan(&self, waiting: impl FnOnce()) -> Result<Option<ScanLock>> {
+        let Some(db) = self.conn.path().filter(|p| !p.is_empty()) else {
+            return Ok(None);
+        };
+        let path = format!("{db}-scan.lock");
+        let lock_err = |source| StoreError::Lock {
+            path: path.clone(),
+            source,
+        };
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(lock_err)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                waiting();
+                file.lock().map_err(lock_err)?;
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(lock_err(e)),
+        }
+        Ok(Some(ScanLock { _file: file }))
     }
 
     /// Raw connection, for callers that need a transaction of their own.

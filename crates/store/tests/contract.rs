@@ -245,3 +245,26 @@ fn scanned_folders_round_trip_and_are_forgotten_below_a_root_only() {
     left.sort();
     assert_eq!(left, ["/m-x", "/m0", "/ma", "/n/m"]);
 }
+
+#[test]
+fn one_scan_lock_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let first = Store::open(&path).unwrap();
+    let held = first.lock_for_scan(|| panic!("nothing holds it yet")).unwrap();
+    assert!(held.is_some());
+    let (waiting_tx, waiting_rx) = std::sync::mpsc::channel();
+    let (got_tx, got_rx) = std::sync::mpsc::channel();
+    let second = std::thread::spawn(move || {
+        let other = Store::open(&path).unwrap();
+        let lock = other.lock_for_scan(|| waiting_tx.send(()).unwrap()).unwrap();
+        got_tx.send(()).unwrap();
+        lock.is_some()
+    });
+    waiting_rx.recv().unwrap();
+    assert!(got_rx.try_recv().is_err(), "taken while held");
+    drop(held);
+    got_rx.recv().unwrap();
+    assert!(second.join().unwrap());
+    assert!(dir.path().join("s.db-scan.lock").exists());
+}
