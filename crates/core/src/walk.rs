@@ -2,9 +2,10 @@
 //! stamps. Several threads share one queue of directories (a re-scan is
 //! mostly directory reads and stats, which the kernel answers in
 //! parallel), and files are stat'ed relative to their open directory
-//! rather than by full path. With the last scan's folders at hand, a folder
-//! whose device, inode, mtime and ctime are unchanged is not listed: its
-//! entries come from the store and only its files are stat'ed.
+//! rather than by full path. With the store's record of the last scan's
+//! folders, a folder whose device, inode, mtime and ctime are unchanged
+//! (and were not too recent to trust when recorded) is not listed: its
+//! entries come from the record and only its files are stat'ed.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, OsStr};
@@ -35,11 +36,11 @@ pub struct Walked {
     pub dirs: Vec<WalkedDir>,
     /// Folders that could not be opened or listed (each one logged).
     pub unreadable: u64,
-    /// What the folders taken from the cache hold, by kind.
+    /// What the folders found as recorded hold, by kind.
     pub reused: Reused,
 }
 
-/// Counts of the entries of folders taken from the cache.
+/// Counts of the entries of folders found as recorded.
 #[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reused {
     pub tracks: u64,
@@ -57,8 +58,8 @@ impl Reused {
     }
 }
 
-/// The last scan's folders, for the walk to take entries from instead of
-/// listing folders again.
+/// The store's record of the last scan's folders, for the walk to take
+/// entries from instead of listing folders again.
 pub struct DirCache<'a> {
     /// The last scan's folders by path (empty to list every folder but
     /// still record what was found).
