@@ -3,6 +3,7 @@ the next scan completes into the same store as an uninterrupted scan, with
 no committed edit lost; a killed mount is explained and cleared; concurrent
 writers wait for each other instead of failing."""
 
+import fcntl
 import json
 import os
 import random
@@ -115,3 +116,25 @@ def test_concurrent_writers_wait_for_each_other(tmp_path):
         assert "locked" not in err
     tags = run("tag", "--db", str(db), "get", str(first["id"])).stdout
     assert "value0" in tags and "value1" in tags
+
+
+def test_two_scans_of_one_store_take_turns(tmp_path):
+    """Two scans started together run one after the other: each waits for
+    the scan lock (`<db>-scan.lock`, held here first so that both wait)."""
+    lib = big_library(tmp_path / "lib")
+    db = tmp_path / "s.db"
+    with open(f"{db}-scan.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        scans = [subprocess.Popen([BIN, "scan", str(lib), "--db", str(db), "--json"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        time.sleep(0.5)
+        assert all(s.poll() is None for s in scans)
+    summaries = []
+    for s in scans:
+        out, err = s.communicate(timeout=120)
+        assert s.returncode == 0, err
+        assert "waiting for it to finish" in err
+        summaries.append(json.loads(out))
+    # One added the library, the other found it all unchanged.
+    found = sorted((x["added"], x["unchanged"], x["failed"]) for x in summaries)
+    assert found == [(0, COPIES, 1), (COPIES, 0, 1)], summaries

@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
 use sha2::{Digest, Sha256};
@@ -115,10 +115,28 @@ impl Store {
 
     fn configure(&self) -> rusqlite::Result<()> {
         self.conn.busy_timeout(BUSY_TIMEOUT)?;
-        self.conn.pragma_update(None, "journal_mode", "WAL")?;
+        self.use_wal()?;
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
         self.conn.pragma_update(None, "foreign_keys", "ON")?;
         Ok(())
+    }
+
+    /// Switches the database to WAL mode (kept in the file: only its first
+    /// opener changes anything). Two processes opening a new store at once
+    /// get SQLITE_BUSY here without SQLite waiting on the busy timeout, so
+    /// wait here instead.
+    fn use_wal(&self) -> rusqlite::Result<()> {
+        let deadline = Instant::now() + BUSY_TIMEOUT;
+        loop {
+            match self.conn.pragma_update(None, "journal_mode", "WAL") {
+                Err(rusqlite::Error::SqliteFailure(e, _))
+                    if e.code == rusqlite::ErrorCode::DatabaseBusy && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                other => return other,
+            }
+        }
     }
 
     fn user_version(&self) -> rusqlite::Result<i64> {
@@ -161,7 +179,14 @@ impl Store {
     fn migrate(&self, path: &Path) -> Result<()> {
         let mut version = self.check_version(path)?;
         while version < SCHEMA_VERSION {
-            let tx = self.conn.unchecked_transaction()?;
+            // The write lock up front (a deferred transaction would fail at
+            // once against another opener migrating the same new store),
+            // then the version again: that opener may have done it.
+            let tx = Transaction::new_unchecked(&self.conn, rusqlite::TransactionBehavior::Immediate)?;
+            version = self.check_version(path)?;
+            if version >= SCHEMA_VERSION {
+                break;
+            }
             tx.execute_batch(MIGRATIONS[version as usize])?;
             version += 1;
             tx.pragma_update(None, "user_version", version)?;

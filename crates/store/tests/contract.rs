@@ -268,3 +268,24 @@ fn one_scan_lock_at_a_time() {
     assert!(second.join().unwrap());
     assert!(dir.path().join("s.db-scan.lock").exists());
 }
+
+#[test]
+fn a_new_store_opened_by_several_at_once_is_made_once() {
+    for _ in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(4));
+        let openers: Vec<_> = (0..4)
+            .map(|_| {
+                let (path, barrier) = (path.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    Store::open(&path).map(|db| db.track_count().unwrap())
+                })
+            })
+            .collect();
+        for opener in openers {
+            assert_eq!(opener.join().unwrap().unwrap(), 0);
+        }
+    }
+}
