@@ -227,14 +227,15 @@ pub fn scan(
     opts: &ScanOptions,
     progress: &(dyn Fn(Progress) + Sync),
 ) -> anyhow::Result<ScanSummary> {
-    let started = Instant::now();
-    let started_ns = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64);
     let roots = check_roots(&opts.roots)?;
     let _one_scan_at_a_time = db.lock_for_scan(|| {
         tracing::warn!("another scan of this store is running: waiting for it to finish")
     })?;
+    // The scan starts once it has the store to itself.
+    let started = Instant::now();
+    let started_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64);
     let mut summary = ScanSummary::default();
     let wanted = |name: &str| !name.starts_with("._") && !extension_in(name, NOT_AUDIO);
     // Folders are recorded for one root walked without following symlinks
