@@ -279,7 +279,7 @@ pub fn scan(
         (walk.join().expect("walk panicked"), known)
     });
     tracing::debug!("walked {} files at {:?}", walked.files.len(), started.elapsed());
-    if expect_unchanged && nothing_changed(&walked) && holds_recorded_tracks(db, &roots[0], &walked)? {
+    if expect_unchanged && nothing_changed(&walked) {
         let mut summary = finish_unchanged(db, &walked, &previous, started_ns)?;
         summary.elapsed = started.elapsed();
         return Ok(summary);
@@ -513,18 +513,6 @@ fn nothing_changed(walked: &Walked) -> bool {
         && walked.failures.is_empty()
         && walked.unreadable == 0
         && walked.dirs.iter().all(|d| d.from_record)
-}
-
-/// Whether the store holds as many tracks below the root as the record
-/// says (rows deleted or added by hand, against the contract, would
-/// otherwise stay unseen). Counting every track is cheap and enough when
-/// the store holds this root alone.
-fn holds_recorded_tracks(db: &Store, root: &Path, walked: &Walked) -> anyhow::Result<bool> {
-    let recorded = walked.reused.tracks;
-    if db.track_count()? == recorded {
-        return Ok(true);
-    }
-    Ok(db.track_count_below(&root.to_string_lossy())? == recorded)
 }
 
 /// Adds the files and subfolders of folders taken from the record to

@@ -260,19 +260,6 @@ impl Store {
         Ok(n as u64)
     }
 
-    /// How many tracks have their backing file at or below the folder
-    /// `root`.
-    pub fn track_count_below(&self, root: &str) -> Result<u64> {
-        let root = root.trim_end_matches('/');
-        // Paths below `root` sort between `root/` and `root0` ('0' follows '/').
-        let n: i64 = self.conn.query_row(
-            "SELECT count(*) FROM tracks WHERE backing_path >= ?1 || '/' AND backing_path < ?1 || '0'",
-            [root],
-            |r| r.get(0),
-        )?;
-        Ok(n as u64)
-    }
-
     /// The newest change-log sequence number (0 for an empty log).
     pub fn last_change_seq(&self) -> Result<i64> {
         Ok(self
