@@ -290,3 +290,22 @@ fn a_scan_waits_for_another_scan_of_the_same_store() {
     let s = scanning.join().unwrap();
     assert_eq!(counts(&s), [6, 0, 0, 0, 0, 0, 1, 2], "{s:?}");
 }
+
+#[test]
+fn a_track_row_deleted_by_hand_comes_back_with_full() {
+    let lib = library();
+    let root = lib.path().canonicalize().unwrap();
+    let (_store, mut db) = scanned(&root);
+    let flac = format!("{}/a/tagged.flac", root.display());
+    let deleted = db
+        .conn()
+        .execute("DELETE FROM tracks WHERE backing_path = ?1", [&flac])
+        .unwrap();
+    assert_eq!(deleted, 1);
+    // `tracks` is the scanner's alone (docs/store.md): a scan that takes
+    // every folder from the record does not read it; --full does.
+    let s = rescan(&mut db, &root, false, true);
+    assert_eq!(counts(&s), [1, 0, 0, 5, 0, 0, 1, 2], "{s:?}");
+    let s = rescan(&mut db, &root, false, false);
+    assert_eq!(counts(&s), [0, 0, 0, 6, 0, 0, 1, 2], "{s:?}");
+}
