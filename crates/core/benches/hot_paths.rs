@@ -95,13 +95,7 @@ fn view() -> ViewConfig {
 fn scanned(dir: &Path, lib: &Path) -> (PathBuf, Vec<TrackRow>) {
     let db_path = dir.join("store.db");
     let mut db = Store::open(&db_path).unwrap();
-    let opts = ScanOptions {
-        roots: vec![lib.to_path_buf()],
-        follow_symlinks: false,
-        jobs: 2,
-        prune: false,
-        full: false,
-    };
+    let opts = ScanOptions::new(vec![lib.to_path_buf()], 2);
     scan(&mut db, &opts, &|_| {}).unwrap();
     let mut tracks = Vec::new();
     for path in std::fs::read_dir(lib).unwrap() {

@@ -52,6 +52,20 @@ pub struct ScanOptions {
     pub full: bool,
 }
 
+impl ScanOptions {
+    /// A plain scan of `roots` probing on `jobs` threads: no symlinks
+    /// followed, nothing pruned, unchanged folders taken from the record.
+    pub fn new(roots: Vec<PathBuf>, jobs: usize) -> ScanOptions {
+        ScanOptions {
+            roots,
+            follow_symlinks: false,
+            jobs,
+            prune: false,
+            full: false,
+        }
+    }
+}
+
 /// File systems (`statfs` magic numbers) on which adding, removing or
 /// renaming an entry always changes its folder's ctime, read from the
 /// local kernel's own inode: ext2/3/4, XFS, Btrfs, tmpfs, F2FS, ZFS,
@@ -503,7 +517,9 @@ fn trusted_devices(root: &Path) -> Vec<u64> {
     if !local {
         return Vec::new();
     }
-    crate::walk::device_of(root).map(|d| vec![d]).unwrap_or_default()
+    crate::walk::identity(root)
+        .map(|(device, _)| vec![device])
+        .unwrap_or_default()
 }
 
 /// Whether the walk took every folder from the record and found every

@@ -13,7 +13,6 @@ use std::io;
 use std::ops::Range;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{self, AtFlags, OFlags, StatxFlags};
@@ -208,14 +207,11 @@ pub fn walk(
     out
 }
 
-/// The device of the file system holding `path`, as the walk reports it.
-pub fn device_of(path: &Path) -> io::Result<u64> {
-    let m = fs::statx(fs::CWD, path, AtFlags::empty(), StatxFlags::INO)?;
-    Ok(device(&m))
-}
-
-fn identity(path: &Path) -> Option<(u64, u64)> {
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+/// The (device, inode) of `path`, symlinks followed, with the device
+/// numbered as everywhere in the walk.
+pub fn identity(path: &Path) -> Option<(u64, u64)> {
+    let m = fs::statx(fs::CWD, path, AtFlags::empty(), StatxFlags::INO).ok()?;
+    Some((device(&m), m.stx_ino))
 }
 
 /// Each worker reads its own stack of directories depth-first and gives
@@ -288,18 +284,6 @@ fn read_dir(shared: &Shared<'_>, dir: &Dir, out: &mut Walked) -> Vec<Dir> {
     let trusted = cache.devices.contains(&stamp.device);
     let previous = cache.previous.get(path).filter(|_| trusted);
     let unchanged = previous.as_ref().filter(|p| p.stamp == stamp && p.settled());
-    if let Some(subdirs) = unchanged.and_then(|previous| reuse(shared, dir, previous, out)) {
-        out.dirs.push(WalkedDir {
-            path: path.to_string(),
-            stamp,
-            from_record: true,
-            recordable: true,
-            subdirs: Vec::new(),
-            files: 0..0,
-            skipped_by_name: 0,
-        });
-        return subdirs;
-    }
     let mut record = WalkedDir {
         path: path.to_string(),
         stamp,
@@ -309,6 +293,11 @@ fn read_dir(shared: &Shared<'_>, dir: &Dir, out: &mut Walked) -> Vec<Dir> {
         files: 0..0,
         skipped_by_name: 0,
     };
+    if let Some(subdirs) = unchanged.and_then(|previous| reuse(shared, dir, previous, out)) {
+        record.from_record = true;
+        out.dirs.push(record);
+        return subdirs;
+    }
     let subdirs = list_dir(shared, dir, out, Some(&mut record));
     // A folder listed because its times changed (or were too recent to
     // trust) may still hold just what was recorded.

@@ -21,13 +21,7 @@ fn scanned() -> (tempfile::TempDir, PathBuf) {
     }
     let db_path = dir.path().join("store.db");
     let mut db = Store::open(&db_path).unwrap();
-    let options = ScanOptions {
-        roots: vec![dir.path().to_path_buf()],
-        follow_symlinks: false,
-        jobs: 2,
-        prune: false,
-        full: false,
-    };
+    let options = ScanOptions::new(vec![dir.path().to_path_buf()], 2);
     scan(&mut db, &options, &|_| {}).unwrap();
     (dir, db_path)
 }

@@ -44,11 +44,9 @@ fn fresh_library() -> tempfile::TempDir {
 
 fn rescan(db: &mut Store, root: &Path, prune: bool, full: bool) -> ScanSummary {
     let opts = ScanOptions {
-        roots: vec![root.to_path_buf()],
-        follow_symlinks: false,
-        jobs: 2,
         prune,
         full,
+        ..ScanOptions::new(vec![root.to_path_buf()], 2)
     };
     scan(db, &opts, &|_| {}).unwrap()
 }
@@ -170,11 +168,8 @@ fn a_scan_that_follows_symlinks_forgets_the_record() {
     let lib = library();
     let (_store, mut db) = scanned(lib.path());
     let opts = ScanOptions {
-        roots: vec![lib.path().to_path_buf()],
         follow_symlinks: true,
-        jobs: 2,
-        prune: false,
-        full: false,
+        ..ScanOptions::new(vec![lib.path().to_path_buf()], 2)
     };
     let s = scan(&mut db, &opts, &|_| {}).unwrap();
     assert_eq!(s.unchanged, 6);

@@ -27,11 +27,8 @@ fn library() -> tempfile::TempDir {
 
 fn opts(root: &Path, prune: bool) -> ScanOptions {
     ScanOptions {
-        roots: vec![root.to_path_buf()],
-        follow_symlinks: false,
-        jobs: 2,
         prune,
-        full: false,
+        ..ScanOptions::new(vec![root.to_path_buf()], 2)
     }
 }
 

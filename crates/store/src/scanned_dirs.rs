@@ -86,18 +86,14 @@ pub struct ScannedDirs {
 
 impl Default for ScannedDirs {
     fn default() -> ScannedDirs {
-        ScannedDirs::with_capacity(0, 0)
+        ScannedDirs {
+            table: PathTable::with_capacity(0, 0),
+            entries: Vec::new(),
+        }
     }
 }
 
 impl ScannedDirs {
-    pub(crate) fn with_capacity(rows: usize, path_bytes: usize) -> ScannedDirs {
-        ScannedDirs {
-            table: PathTable::with_capacity(rows, path_bytes),
-            entries: Vec::new(),
-        }
-    }
-
     pub(crate) fn push(&mut self, path: &str, dir: &ScannedDir<'_>) {
         self.entries.extend_from_slice(&dir.entries);
         let row = (dir.stamp, dir.scanned_ns, dir.skipped_by_name, self.entries.len());

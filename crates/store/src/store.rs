@@ -373,15 +373,10 @@ impl Store {
     /// What the last scan saw in each folder, by path. Rows that cannot
     /// be read as such are left out (their folders are listed again).
     pub fn scanned_dirs(&self) -> Result<ScannedDirs> {
-        let count: i64 = self
-            .conn
-            .query_row("SELECT count(*) FROM scanned_dirs", [], |r| r.get(0))?;
-        let count = usize::try_from(count).unwrap_or(0);
         let mut stmt = self.conn.prepare(
             "SELECT path, device, inode, mtime_ns, ctime_ns, scanned_ns, skipped, entries FROM scanned_dirs",
         )?;
-        // Folder paths of a music library run about 60 bytes.
-        let mut out = ScannedDirs::with_capacity(count, count * 60);
+        let mut out = ScannedDirs::default();
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
             let row = (|| -> rusqlite::Result<_> {
