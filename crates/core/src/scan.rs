@@ -440,7 +440,9 @@ fn compare<'a>(
     summary: &mut ScanSummary,
 ) -> Compared<'a> {
     let mut out = Compared {
-        todo: Vec::new(),
+        // Sized at once: a first scan probes every file, and a vector grown
+        // by doubling leaves its earlier copies to the allocator (peak RSS).
+        todo: Vec::with_capacity(walked.files.len()),
         kinds: vec![None; walked.files.len()],
         seen: vec![false; known.len()],
     };

@@ -184,6 +184,9 @@ pub fn walk(
             .collect()
     });
     let mut out = Walked::default();
+    // One allocation each: the parts' vectors are freed right after.
+    out.files.reserve_exact(parts.iter().map(|p| p.files.len()).sum());
+    out.dirs.reserve_exact(parts.iter().map(|p| p.dirs.len()).sum());
     let mut seen = HashSet::new();
     for part in parts {
         out.skipped += part.skipped;
