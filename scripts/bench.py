@@ -20,6 +20,7 @@ Needs root for drop_caches (cold rows are skipped otherwise, and say so).
 
 import argparse
 import atexit
+import contextlib
 import os
 import random
 import shutil
@@ -512,15 +513,14 @@ def bench_concurrent(work, lib, db, runs):
     reader.stop()
 
 
-def bench_slow_backing(work, runs, delay_ms=5):
-    """The large files behind retagfs-faultfs, which waits `delay_ms` before
-    every read (storage with network latency): one stream read sequentially,
-    cold, with and without read-ahead; "direct" reads the slow view itself."""
-    lib = make_large_files(work)
-    slow, control = os.path.join(work, "slow"), os.path.join(work, "slow-control")
+@contextlib.contextmanager
+def slow_view(work, lib, name, faults):
+    """`lib` behind retagfs-faultfs, which waits as told by `faults` (e.g.
+    `delay_ms=5`): storage with network latency. Yields the view's path."""
+    slow, control = os.path.join(work, name), os.path.join(work, f"{name}-control")
     os.makedirs(slow, exist_ok=True)
     with open(control, "w") as f:
-        f.write(f"mode=ok delay_ms={delay_ms}")
+        f.write(f"mode=ok {faults}")
     faultfs = subprocess.Popen([FAULTFS, lib, slow, "--control", control],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -528,6 +528,17 @@ def bench_slow_backing(work, runs, delay_ms=5):
             if faultfs.poll() is not None:
                 raise SystemExit("retagfs-faultfs did not mount")
             time.sleep(0.01)
+        yield slow
+    finally:
+        subprocess.run(["umount", slow], check=False)
+        faultfs.wait(timeout=30)
+
+
+def bench_slow_backing(work, runs, delay_ms=5):
+    """The large files behind retagfs-faultfs, which waits `delay_ms` before
+    every read (storage with network latency): one stream read sequentially,
+    cold, with and without read-ahead; "direct" reads the slow view itself."""
+    with slow_view(work, make_large_files(work), "slow", f"delay_ms={delay_ms}") as slow:
         db = os.path.join(work, "slow.db")
         if os.path.exists(db):
             os.remove(db)
@@ -551,9 +562,29 @@ def bench_slow_backing(work, runs, delay_ms=5):
                     (statistics.median(direct), min(direct), max(direct)),
                     note=f"{mb / statistics.median(ours):.0f} MB/s")
             m.stop()
-    finally:
-        subprocess.run(["umount", slow], check=False)
-        faultfs.wait(timeout=30)
+
+
+def bench_slow_scan(work, runs, n=2000, delay_ms=1):
+    """A library behind retagfs-faultfs, where every lookup, getattr,
+    listing, open and read waits `delay_ms`: first scan and re-scan with the
+    default threads (16 on network storage) against one per core."""
+    cores = len(os.sched_getaffinity(0))
+    faults = f"delay_ms={delay_ms} meta_delay_ms={delay_ms}"
+    with slow_view(work, make_flac_library(work, n), "slow-scan", faults) as slow:
+        db = os.path.join(work, "slow-scan.db")
+        def first(*extra):
+            for suffix in ("", "-wal", "-shm"):
+                if os.path.exists(db + suffix):
+                    os.remove(db + suffix)
+            return scan(slow, db, *extra)[0]
+        per_core = ["-j", str(cores)]
+        stats = lambda v: (statistics.median(v), min(v), max(v))  # noqa: E731
+        firsts = [(first(), first(*per_core)) for _ in range(runs)]
+        row("slow", f"first scan, {n} tracks, {delay_ms} ms/request", stats([f[0] for f in firsts]),
+            stats([f[1] for f in firsts]), note=f"direct = -j {cores} (one thread per core)")
+        row("slow", f"re-scan, {n} unchanged, {delay_ms} ms/request",
+            *alternated(lambda: scan(slow, db), lambda: scan(slow, db, *per_core), runs),
+            note=f"direct = -j {cores}")
 
 
 def main():
@@ -596,6 +627,7 @@ def main():
         bench_mixed_read(work, a.runs)
     if "slow" in only:
         bench_slow_backing(work, a.runs)
+        bench_slow_scan(work, a.runs)
     if "refresh" in only:
         r = bench_refresh.bench(work, a.tracks)
         row("refresh", f"tag set -> new path visible, {a.tracks} tracks", r["visible_median_ms"] / 1000,

@@ -5,6 +5,7 @@ before once the storage is back."""
 
 import errno
 import hashlib
+import json
 import os
 import subprocess
 import time
@@ -108,3 +109,24 @@ def test_read_errors_short_reads_and_a_vanished_disk(tmp_path, faulty, mount):
     log = m.stop()
     assert "panic" not in log
     assert "read at" in log or "cannot open backing file" in log
+
+
+def test_a_library_on_network_storage_is_scanned_on_many_threads(tmp_path, faulty, library):
+    """Scanning storage where every request is a round trip waits rather
+    than computes: the scan then walks and probes on 16 threads (one per
+    core on local disks). faultfs is a FUSE file system, which counts as
+    network storage; each metadata request there waits 5 ms."""
+    backing, control = faulty
+    set_faults(control, "mode=ok meta_delay_ms=5")
+    cores = len(os.sched_getaffinity(0))
+    network = run("scan", "-v", "--json", str(backing), "--db", str(tmp_path / "network.db"))
+    assert f"walking and probing on {max(cores, 16)} threads" in network.stderr
+    local = run("scan", "-v", "--json", str(library), "--db", str(tmp_path / "local.db"))
+    assert f"walking and probing on {cores} threads" in local.stderr
+    # The same files found and probed either way.
+    found = [json.loads(p.stdout) for p in (network, local)]
+    assert found[0]["added"] == found[1]["added"] > 0
+    assert found[0]["failed"] == found[1]["failed"]
+    # -j still decides.
+    assert "walking and probing on 3 threads" in run(
+        "scan", "-v", "-j", "3", str(backing), "--db", str(tmp_path / "network.db")).stderr

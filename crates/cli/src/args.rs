@@ -61,7 +61,9 @@ pub struct ScanArgs {
     /// The store (created if missing).
     #[arg(long)]
     pub db: PathBuf,
-    /// Files probed in parallel (default: all cores).
+    /// Folders read and files probed in parallel (default: one per core, or
+    /// 16 when a folder given is on network storage or FUSE, where each
+    /// thread mostly waits on round trips).
     #[arg(long, short)]
     pub jobs: Option<usize>,
     /// Follow symbolic links (loops are detected and skipped).

@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use retagfs_core::scan::{scan, Progress, ScanOptions, ScanSummary};
+use retagfs_core::scan::{default_jobs, scan, Progress, ScanOptions, ScanSummary};
 use retagfs_store::Store;
 
 use crate::args::ScanArgs;
@@ -13,9 +13,8 @@ const LISTED_FAILURES: usize = 20;
 
 pub fn run(a: ScanArgs) -> anyhow::Result<()> {
     let mut store = Store::open(&a.db)?;
-    let jobs = a
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let jobs = a.jobs.unwrap_or_else(|| default_jobs(&a.dirs));
+    tracing::info!("walking and probing on {jobs} threads");
     let opts = ScanOptions {
         roots: a.dirs,
         follow_symlinks: a.follow_symlinks,

@@ -6,6 +6,7 @@ pub mod import;
 pub mod library;
 pub mod read_ahead;
 pub mod scan;
+pub mod storage;
 pub mod template;
 pub mod tree;
 mod walk;

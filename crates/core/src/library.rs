@@ -17,6 +17,7 @@ use retagfs_formats::{
 use retagfs_store::{ArtLink, BackingPart, Format, Store, TrackRow};
 
 use crate::read_ahead::{will_need, KernelHints, ReadAhead};
+use crate::storage::{self, Storage};
 use crate::template::{Fallbacks, Fields, Template};
 use crate::tree::{file_ino, FileEntry, Invalidations, Placement, Tree};
 
@@ -521,7 +522,7 @@ impl Library {
         let read_ahead = match mode {
             ReadAheadMode::Always => true,
             ReadAheadMode::Never => false,
-            ReadAheadMode::Auto => crate::read_ahead::is_slow_storage(&backing),
+            ReadAheadMode::Auto => storage::of_file(&backing) == Storage::Network,
         };
         let backing = Arc::new(backing);
         let hints =

@@ -24,26 +24,6 @@ const BUDGET: usize = 96 << 20;
 
 static BUFFERED: AtomicUsize = AtomicUsize::new(0);
 
-/// Whether the backing file system is one where read-ahead pays: network
-/// file systems and FUSE (statfs magic numbers).
-pub fn is_slow_storage(file: &File) -> bool {
-    const NFS: i64 = 0x6969;
-    const SMB: i64 = 0x517b;
-    const CIFS: i64 = 0xff53_4d42;
-    const SMB2: i64 = 0xfe53_4d42;
-    const FUSE: i64 = 0x6573_5546;
-    const V9FS: i64 = 0x0102_1997;
-    const CEPH: i64 = 0x00c3_6400;
-    const AFS: i64 = 0x5346_414f;
-    use std::os::fd::AsRawFd;
-    // SAFETY: fstatfs writes only into the struct passed, the fd is open.
-    let mut st = unsafe { std::mem::zeroed::<libc::statfs>() };
-    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
-        return false;
-    }
-    [NFS, SMB, CIFS, SMB2, FUSE, V9FS, CEPH, AFS].contains(&(st.f_type as i64))
-}
-
 /// Read-ahead on local storage, where the kernel does it best: once an open
 /// file is read sequentially, the kernel is asked (`POSIX_FADV_WILLNEED`) to
 /// start reading the next backing bytes into its page cache, so the disk

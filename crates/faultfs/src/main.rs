@@ -8,10 +8,12 @@
 //! * `mode=short` — every read returns half of what was asked (a short read);
 //! * `mode=gone` — every name is ENOENT and every read EIO (an unplugged
 //!   disk, a stale network mount);
-//! * `delay_ms=N` — each read waits N ms first (network storage).
+//! * `delay_ms=N` — each read waits N ms first (network storage);
+//! * `meta_delay_ms=N` — each lookup, getattr, listing and open waits N ms
+//!   first (a network file system's round trip for metadata).
 //!
 //! The control file is read again whenever it changes; a missing file means
-//! `mode=ok delay_ms=0`. Every read reaches this process (direct I/O, no
+//! `mode=ok delay_ms=0 meta_delay_ms=0`. Every read reaches this process (direct I/O, no
 //! cache timeouts), so a change applies to the next request.
 
 use std::collections::HashMap;
@@ -53,6 +55,7 @@ enum Mode {
 struct Faults {
     mode: Mode,
     delay: Duration,
+    meta_delay: Duration,
 }
 
 impl Faults {
@@ -65,6 +68,7 @@ impl Faults {
                 ("mode", "gone") => f.mode = Mode::Gone,
                 ("mode", _) => f.mode = Mode::Ok,
                 ("delay_ms", ms) => f.delay = Duration::from_millis(ms.parse().unwrap_or(0)),
+                ("meta_delay_ms", ms) => f.meta_delay = Duration::from_millis(ms.parse().unwrap_or(0)),
                 _ => {}
             }
         }
@@ -95,8 +99,12 @@ impl FaultFs {
         cached.1
     }
 
-    fn gone(&self) -> bool {
-        self.faults().mode == Mode::Gone
+    /// Waits as a metadata request over the network would; false when the
+    /// storage is gone.
+    fn reachable(&self) -> bool {
+        let faults = self.faults();
+        std::thread::sleep(faults.meta_delay);
+        faults.mode != Mode::Gone
     }
 
     fn path(&self, ino: u64) -> Option<PathBuf> {
@@ -151,7 +159,7 @@ impl FaultFs {
 impl Filesystem for FaultFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let found = match self.path(parent.0) {
-            Some(dir) if !self.gone() => self.attr(&dir.join(name)),
+            Some(dir) if self.reachable() => self.attr(&dir.join(name)),
             _ => Err(Errno::ENOENT),
         };
         match found {
@@ -162,7 +170,7 @@ impl Filesystem for FaultFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.path(ino.0) {
-            Some(_) if self.gone() => reply.error(Errno::ENOENT),
+            Some(_) if !self.reachable() => reply.error(Errno::ENOENT),
             Some(path) => match self.attr(&path) {
                 Ok(attr) => reply.attr(&NO_CACHE, &attr),
                 Err(e) => reply.error(e),
@@ -172,7 +180,7 @@ impl Filesystem for FaultFs {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let Some(dir) = self.path(ino.0).filter(|_| !self.gone()) else {
+        let Some(dir) = self.path(ino.0).filter(|_| self.reachable()) else {
             reply.error(Errno::ENOENT);
             return;
         };
@@ -200,7 +208,7 @@ impl Filesystem for FaultFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let file = match self.path(ino.0) {
-            Some(path) if !self.gone() => File::open(path),
+            Some(path) if self.reachable() => File::open(path),
             _ => {
                 reply.error(Errno::ENOENT);
                 return;
