@@ -164,7 +164,7 @@ fn check_roots(roots: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
 
 /// Probes one file and computes its content fingerprint.
 fn probe_file(job: &Job<'_>) -> Result<ScannedTrack, ProbeError> {
-    let file = File::open(job.path)?;
+    let file = Windowed::new(File::open(job.path)?);
     let src = Source::new(&file as &dyn ReadAt, job.stamps.size);
     let p = probe(&src)?;
     let fingerprint = fingerprint(&src, p.audio_offset, p.audio_length)?;
@@ -181,6 +181,73 @@ fn probe_file(job: &Job<'_>) -> Result<ScannedTrack, ProbeError> {
         parts: p.parts,
         passthrough: p.passthrough,
     })
+}
+
+/// A file read through a window: a small read fetches `WINDOW` bytes from
+/// its offset, and later reads inside them are answered from memory. A
+/// probe reads a file's headers a few bytes at a time (a FLAC's block
+/// headers are 4 bytes each) and small files' start and end twice (checks,
+/// then the fingerprint): on storage without a page cache (FUSE remotes)
+/// each read is a round trip.
+struct Windowed {
+    file: File,
+    window: std::cell::RefCell<Window>,
+}
+
+#[derive(Default)]
+struct Window {
+    /// Where the bytes start in the file.
+    at: u64,
+    /// How many of `bytes` were read.
+    filled: usize,
+    /// `WINDOW` long once used: kept from file to file by each thread, so
+    /// that no file pays for zeroing a fresh buffer.
+    bytes: Vec<u8>,
+}
+
+/// Bytes fetched for a small read.
+const WINDOW: usize = 64 * 1024;
+
+thread_local! {
+    static SPARE_WINDOW: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+impl Windowed {
+    fn new(file: File) -> Windowed {
+        let window = Window {
+            bytes: SPARE_WINDOW.take(),
+            ..Window::default()
+        };
+        Windowed {
+            file,
+            window: std::cell::RefCell::new(window),
+        }
+    }
+}
+
+impl Drop for Windowed {
+    fn drop(&mut self) {
+        SPARE_WINDOW.set(std::mem::take(&mut self.window.get_mut().bytes));
+    }
+}
+
+impl ReadAt for Windowed {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        let mut w = self.window.borrow_mut();
+        let inside = offset >= w.at && offset + buf.len() as u64 <= w.at + w.filled as u64;
+        if !inside {
+            if buf.len() > WINDOW / 4 {
+                return ReadAt::read_at(&self.file, buf, offset);
+            }
+            w.bytes.resize(WINDOW, 0);
+            w.filled = ReadAt::read_at(&self.file, &mut w.bytes, offset)?;
+            w.at = offset;
+        }
+        let from = (offset - w.at) as usize;
+        let n = buf.len().min(w.filled.saturating_sub(from));
+        buf[..n].copy_from_slice(&w.bytes[from..from + n]);
+        Ok(n)
+    }
 }
 
 /// A file may carry the same image twice (in two tag containers).
@@ -764,6 +831,46 @@ fn write_results(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_windowed_file_reads_the_same_bytes_as_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let windowed = Windowed::new(File::open(&path).unwrap());
+        let src = Source::new(&windowed as &dyn ReadAt, data.len() as u64);
+        // Small reads inside one window, across its end, before it, large
+        // reads (past it), and reads at the end of the file.
+        let reads = [
+            (0, 4),
+            (4, 30),
+            (60_000, 10_000),
+            (65_530, 20),
+            (10, 100),
+            (1_000, 70_000),
+            (199_990, 10),
+            (190_000, 10_000),
+            (131_000, 16_384),
+        ];
+        for (at, len) in reads {
+            let got = src.read(at, len, "test").unwrap();
+            assert_eq!(
+                got,
+                &data[at as usize..(at + len) as usize],
+                "{len} bytes at {at}"
+            );
+        }
+        assert!(src.read(199_995, 10, "test").is_err(), "past the end");
+        drop(windowed);
+        // The next file on this thread reuses the buffer and sees only its own bytes.
+        let short = dir.path().join("g");
+        std::fs::write(&short, b"tiny").unwrap();
+        let windowed = Windowed::new(File::open(&short).unwrap());
+        let src = Source::new(&windowed as &dyn ReadAt, 4);
+        assert_eq!(src.read_upto(0, 100).unwrap(), b"tiny");
+        assert_eq!(src.read(1, 3, "test").unwrap(), b"iny");
+    }
 
     #[test]
     fn ancestors_are_every_folder_above() {
