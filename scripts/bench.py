@@ -47,6 +47,11 @@ def sh(*cmd, **kw):
     return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
 
 
+def spread(times):
+    """(median, min, max) of a list of figures."""
+    return statistics.median(times), min(times), max(times)
+
+
 def timed(fn, runs):
     """(median, min, max) seconds of `runs` calls of fn."""
     times = []
@@ -54,7 +59,7 @@ def timed(fn, runs):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times), min(times), max(times)
+    return spread(times)
 
 
 def alternated(fn, direct, runs):
@@ -66,8 +71,7 @@ def alternated(fn, direct, runs):
             t0 = time.perf_counter()
             f()
             times.append(time.perf_counter() - t0)
-    stats = lambda v: (statistics.median(v), min(v), max(v))  # noqa: E731
-    return stats(ours), stats(theirs)
+    return spread(ours), spread(theirs)
 
 
 def drop_caches():
@@ -313,7 +317,7 @@ def bench_scan(work, n, runs, mixed=True):
         s, m = scan(lib, db)
         firsts.append(s)
         rss.append(m)
-    row("scan", f"first scan, {n} tiny FLACs", (statistics.median(firsts), min(firsts), max(firsts)),
+    row("scan", f"first scan, {n} tiny FLACs", spread(firsts),
         note=f"{n / statistics.median(firsts):.0f} files/s")
     row("scan", "peak RSS of the first scan", statistics.median(rss), unit="MiB")
     db = os.path.join(work, f"scan-{n}-0.db")
@@ -336,7 +340,7 @@ def bench_scan(work, n, runs, mixed=True):
                 os.remove(mdb + suffix)
         mixed_times.append(scan(mixed, mdb)[0])
     row("scan", "first scan, 200 mixed-format tracks",
-        (statistics.median(mixed_times), min(mixed_times), max(mixed_times)))
+        spread(mixed_times))
     return lib, db
 
 
@@ -360,8 +364,8 @@ def bench_tree(work, lib, db, runs, label=""):
         rss.append(rss_mib(m.proc.pid))
         m.stop()
     direct_find = timed(lambda: find(lib), runs)
-    row("mount", f"mount to end of first `ls` of the root{label}", (statistics.median(times), min(times), max(times)))
-    row("walk", f"find -type f, fresh mount{label}", (statistics.median(walk_first), min(walk_first), max(walk_first)),
+    row("mount", f"mount to end of first `ls` of the root{label}", spread(times))
+    row("walk", f"find -type f, fresh mount{label}", spread(walk_first),
         direct_find)
     if IO_URING[1] == "on":
         # The same through /dev/fuse, to show what io_uring changes.
@@ -374,7 +378,7 @@ def bench_tree(work, lib, db, runs, label=""):
             dev_first.append(time.perf_counter() - t0)
             m.stop()
         row("walk", f"find -type f, fresh mount, through /dev/fuse{label}",
-            (statistics.median(dev_first), min(dev_first), max(dev_first)), direct_find)
+            spread(dev_first), direct_find)
     m = Mount(db, mnt)
     m.wait_ls()
     find(mnt)
@@ -382,7 +386,7 @@ def bench_tree(work, lib, db, runs, label=""):
     m.stop()
     direct_stat = timed(lambda: sh("find", lib, "-type", "f", "-printf", "%s\n"), runs)
     row("stat", f"stat of every file (find -printf %s), fresh mount{label}",
-        (statistics.median(stat_first), min(stat_first), max(stat_first)), direct_stat)
+        spread(stat_first), direct_stat)
     row("stat", f"daemon RSS after stat of every file{label}", statistics.median(rss), unit="MiB",
         note=f"{statistics.median(rss) * 1024 * 1024 / max(1, len(all_files(lib))):.0f} B/track")
 
@@ -423,8 +427,8 @@ def bench_reads(work, runs):
                     c_ours.append(cold(mine)())
                     c_direct.append(cold(backing)())
                 row("read", f"{mode} {ext[1:]:5s} sequential 1 MiB, cold ({mb:.0f} MB)",
-                    (statistics.median(c_ours), min(c_ours), max(c_ours)),
-                    (statistics.median(c_direct), min(c_direct), max(c_direct)))
+                    spread(c_ours),
+                    spread(c_direct))
             read_seq(mine)
             read_seq(backing)
             # Warm rows take a millisecond or less: more runs steady their
@@ -473,14 +477,13 @@ def bench_mixed_read(work, runs):
             read_all(direct)
             cold_direct.append(time.perf_counter() - t0)
         m.stop()
-    stats = lambda v: (statistics.median(v), min(v), max(v))  # noqa: E731
     mb = sum(os.path.getsize(p) for p in direct) / 1e6
     direct_warm = timed(lambda: read_all(direct), runs)
-    row("read", f"every file of {len(direct)} mixed tracks once, fresh mount ({mb:.0f} MB)", stats(once),
+    row("read", f"every file of {len(direct)} mixed tracks once, fresh mount ({mb:.0f} MB)", spread(once),
         direct_warm)
-    row("read", f"every file of {len(direct)} mixed tracks, again", stats(again), direct_warm)
+    row("read", f"every file of {len(direct)} mixed tracks, again", spread(again), direct_warm)
     if cold:
-        row("read", f"every file of {len(direct)} mixed tracks, cold", stats(cold), stats(cold_direct))
+        row("read", f"every file of {len(direct)} mixed tracks, cold", spread(cold), spread(cold_direct))
 
 
 def bench_concurrent(work, lib, db, runs):
@@ -558,8 +561,8 @@ def bench_slow_backing(work, runs, delay_ms=5):
                 direct = [cold(os.path.join(slow, "big" + ext)) for _ in range(runs)]
                 mb = os.path.getsize(served[ext]) / 1e6
                 row("slow", f"{ext[1:]} {delay_ms} ms/read, read-ahead {ahead}, cold",
-                    (statistics.median(ours), min(ours), max(ours)),
-                    (statistics.median(direct), min(direct), max(direct)),
+                    spread(ours),
+                    spread(direct),
                     note=f"{mb / statistics.median(ours):.0f} MB/s")
             m.stop()
 
@@ -578,10 +581,9 @@ def bench_slow_scan(work, runs, n=2000, delay_ms=1):
                     os.remove(db + suffix)
             return scan(slow, db, *extra)[0]
         per_core = ["-j", str(cores)]
-        stats = lambda v: (statistics.median(v), min(v), max(v))  # noqa: E731
         firsts = [(first(), first(*per_core)) for _ in range(runs)]
-        row("slow", f"first scan, {n} tracks, {delay_ms} ms/request", stats([f[0] for f in firsts]),
-            stats([f[1] for f in firsts]), note=f"direct = -j {cores} (one thread per core)")
+        row("slow", f"first scan, {n} tracks, {delay_ms} ms/request", spread([f[0] for f in firsts]),
+            spread([f[1] for f in firsts]), note=f"direct = -j {cores} (one thread per core)")
         row("slow", f"re-scan, {n} unchanged, {delay_ms} ms/request",
             *alternated(lambda: scan(slow, db), lambda: scan(slow, db, *per_core), runs),
             note=f"direct = -j {cores}")
