@@ -139,12 +139,21 @@ impl Store {
         }
     }
 
-    fn user_version(&self) -> rusqlite::Result<i64> {
-        self.conn.pragma_query_value(None, "user_version", |r| r.get(0))
+    /// The schema version and whether the file holds any table, read in
+    /// one statement: one snapshot of the file. (Read apart, another opener
+    /// could commit the first migration between them, and a new store
+    /// would look like someone else's database: version 0 with tables.)
+    fn version_and_tables(&self) -> rusqlite::Result<(i64, bool)> {
+        self.conn.query_row(
+            "SELECT (SELECT user_version FROM pragma_user_version), \
+                    (SELECT count(*) FROM sqlite_master) > 0",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
     }
 
     fn check_version(&self, path: &Path) -> Result<i64> {
-        let version = self.user_version().map_err(|source| match source {
+        let (version, has_tables) = self.version_and_tables().map_err(|source| match source {
             rusqlite::Error::SqliteFailure(e, _) if e.code == rusqlite::ErrorCode::NotADatabase => {
                 StoreError::NotAStore {
                     path: path.display().to_string(),
@@ -161,19 +170,12 @@ impl Store {
                 found: version,
             });
         }
-        if version == 0 && self.has_foreign_tables()? {
+        if version == 0 && has_tables {
             return Err(StoreError::NotAStore {
                 path: path.display().to_string(),
             });
         }
         Ok(version)
-    }
-
-    fn has_foreign_tables(&self) -> Result<bool> {
-        let n: i64 = self
-            .conn
-            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
-        Ok(n > 0)
     }
 
     fn migrate(&self, path: &Path) -> Result<()> {
