@@ -2,59 +2,58 @@
 
 use serde::Serialize;
 
-use retagfs_core::{tree, Mode, Snapshot};
+use retagfs_core::{load_tree, tree, Mode};
 use std::collections::BTreeMap;
 
 use crate::args::ExportArgs;
 
 #[derive(Serialize)]
-struct ArtJson<'a> {
-    sha256: &'a str,
-    mime: &'a str,
+struct ArtJson {
+    sha256: String,
+    mime: String,
     picture_type: u8,
 }
 
 #[derive(Serialize)]
-struct TrackJson<'a> {
+struct TrackJson {
     id: i64,
-    backing_path: &'a str,
+    backing_path: String,
     path: String,
     format: &'static str,
-    tags: BTreeMap<&'a str, Vec<&'a str>>,
-    art: Vec<ArtJson<'a>>,
+    tags: BTreeMap<String, Vec<String>>,
+    art: Vec<ArtJson>,
 }
 
 pub fn run(a: ExportArgs) -> anyhow::Result<()> {
     let config = a.view.config(Mode::Synthesis)?;
     let store = crate::open_existing(&a.db)?;
-    let snapshot = Snapshot::load(&store)?;
-    let tree = snapshot.tree(&config);
-    let tracks: Vec<TrackJson> = snapshot
-        .tracks
-        .iter()
-        .map(|t| {
-            let mut tags: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-            for (k, v) in snapshot.tags(t.id) {
+    let tracks = store.read_snapshot(|s| {
+        let (tree, count) = load_tree(s, &config)?;
+        let mut tracks = Vec::with_capacity(count);
+        s.for_each_track(|b| {
+            let mut tags: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for (k, v) in b.tags {
                 tags.entry(k).or_default().push(v);
             }
-            TrackJson {
-                id: t.id,
-                backing_path: &t.backing_path,
-                path: tree.path(tree::file_ino(t.id)).unwrap_or_default(),
-                format: t.format.as_str(),
+            tracks.push(TrackJson {
+                id: b.track.id,
+                path: tree.path(tree::file_ino(b.track.id)).unwrap_or_default(),
+                backing_path: b.track.backing_path,
+                format: b.track.format.as_str(),
                 tags,
-                art: snapshot
-                    .art(t.id)
-                    .iter()
+                art: b
+                    .art
+                    .into_iter()
                     .map(|l| ArtJson {
-                        sha256: &l.sha256,
-                        mime: &l.mime,
+                        sha256: l.sha256,
+                        mime: l.mime,
                         picture_type: l.picture_type,
                     })
                     .collect(),
-            }
-        })
-        .collect();
+            })
+        })?;
+        Ok(tracks)
+    })?;
     let stdout = std::io::stdout().lock();
     let mut w = std::io::BufWriter::new(stdout);
     serde_json::to_writer_pretty(&mut w, &tracks)?;

@@ -14,7 +14,7 @@ pub mod watch;
 
 use std::os::unix::fs::MetadataExt;
 
-pub use library::{Library, Mode, OpenFile, ReadAheadMode, Refresh, Snapshot, TrackFields, ViewConfig};
+pub use library::{load_tree, Library, Mode, OpenFile, ReadAheadMode, Refresh, TrackFields, ViewConfig};
 pub use retagfs_store::Stamps;
 pub use template::{Fallbacks, Template, TemplateError, DEFAULT_TEMPLATE};
 

@@ -1,7 +1,7 @@
 //! The mounted library: the tree rendered from the store, and opening a
 //! file (resolving its layout) for reads.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -14,12 +14,12 @@ use retagfs_formats::{
     format_mismatch, synthesize, synthesized_len, Layout, ReadAt, SegmentSource, Source, SynthesisInput,
     SynthesisOptions,
 };
-use retagfs_store::{ArtLink, BackingPart, Format, Store, TrackRow};
+use retagfs_store::{Format, Store, TrackBundle, TrackRow};
 
 use crate::read_ahead::{will_need, KernelHints, ReadAhead};
 use crate::storage::{self, Storage};
 use crate::template::{Fallbacks, Fields, Template};
-use crate::tree::{file_ino, FileEntry, Invalidations, Placement, Tree};
+use crate::tree::{file_ino, FileEntry, Invalidations, Placement, Tree, TreeBuilder};
 
 /// How files are served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,77 +86,78 @@ impl Fields for TrackFields<'_> {
     }
 }
 
-/// Everything the tree needs about every track, loaded in a few queries.
-pub struct Snapshot {
-    pub tracks: Vec<TrackRow>,
-    pub tags: HashMap<i64, Vec<(String, String)>>,
-    pub art: HashMap<i64, Vec<ArtLink>>,
-    pub flac_block_lens: HashMap<i64, Vec<(u8, u64)>>,
-    pub parts: HashMap<i64, Vec<BackingPart>>,
-}
+/// Tracks handed to a rendering thread at a time.
+const RENDER_BATCH: usize = 256;
 
-impl Snapshot {
-    pub fn load(store: &Store) -> retagfs_store::Result<Snapshot> {
-        Ok(Snapshot {
-            tracks: store.tracks()?,
-            tags: store.all_tags()?,
-            art: store.all_art_links()?,
-            flac_block_lens: store.all_flac_block_lengths()?,
-            parts: store.all_backing_parts()?,
-        })
-    }
-
-    pub fn tags(&self, id: i64) -> &[(String, String)] {
-        self.tags.get(&id).map_or(&[], Vec::as_slice)
-    }
-
-    pub fn art(&self, id: i64) -> &[ArtLink] {
-        self.art.get(&id).map_or(&[], Vec::as_slice)
-    }
-
-    /// Renders every track's path and computes its served size.
-    pub fn tree(&self, config: &ViewConfig) -> Tree {
-        let place = |t: &TrackRow| {
-            let blocks = self.flac_block_lens.get(&t.id).map_or(&[][..], Vec::as_slice);
-            let parts = self.parts.get(&t.id).map_or(&[][..], Vec::as_slice);
-            placement(config, t, self.tags(t.id), self.art(t.id), blocks, parts)
-        };
-        // Rendering is independent per track: spread it over the cores.
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let chunk = self.tracks.len().div_ceil(threads).max(1);
-        let placements = std::thread::scope(|s| {
-            let place = &place;
-            let parts: Vec<_> = self
-                .tracks
-                .chunks(chunk)
-                .map(|tracks| s.spawn(move || tracks.iter().map(place).collect::<Vec<_>>()))
-                .collect();
-            parts
-                .into_iter()
-                .flat_map(|p| p.join().expect("rendering paths panicked"))
-                .collect()
+/// Reads every track and builds the tree at once (inside
+/// [`Store::read_snapshot`] for one consistent state): this thread reads
+/// the store, one thread per core renders batches of tracks, and one more
+/// grows the tree batch by batch in track id order. Returns the tree and
+/// the number of tracks.
+pub fn load_tree(store: &Store, config: &ViewConfig) -> retagfs_store::Result<(Tree, usize)> {
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (batches_tx, batches_rx) = crossbeam_channel::bounded::<(usize, Vec<TrackBundle>)>(workers * 2);
+    let (placed_tx, placed_rx) = crossbeam_channel::unbounded::<(usize, Vec<Placement>)>();
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            let (batches, placed) = (batches_rx.clone(), placed_tx.clone());
+            s.spawn(move || {
+                for (n, batch) in batches {
+                    let placements = batch.iter().map(|b| placement(config, b)).collect();
+                    if placed.send((n, placements)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop((batches_rx, placed_tx));
+        let builder = s.spawn(move || {
+            let mut tree = TreeBuilder::default();
+            // Batches rendered ahead of one still being rendered wait here.
+            let mut early = BTreeMap::new();
+            let mut next = 0;
+            for (n, placements) in placed_rx {
+                early.insert(n, placements);
+                while let Some(placements) = early.remove(&next) {
+                    placements.into_iter().for_each(|p| tree.add(p));
+                    next += 1;
+                }
+            }
+            tree.finish()
         });
-        Tree::build(placements)
-    }
+        let (mut count, mut sent) = (0, 0);
+        let mut batch = Vec::with_capacity(RENDER_BATCH);
+        let read = store.for_each_track(|bundle| {
+            count += 1;
+            batch.push(bundle);
+            if batch.len() == RENDER_BATCH {
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(RENDER_BATCH));
+                let _ = batches_tx.send((sent, full));
+                sent += 1;
+            }
+        });
+        if !batch.is_empty() {
+            let _ = batches_tx.send((sent, batch));
+        }
+        drop(batches_tx);
+        let tree = builder.join().expect("building the tree panicked");
+        read.map(|()| (tree, count))
+    })
 }
 
 /// Where a track goes in the tree and its served size.
-fn placement(
-    config: &ViewConfig,
-    t: &TrackRow,
-    tags: &[(String, String)],
-    art: &[ArtLink],
-    flac_block_lens: &[(u8, u64)],
-    parts: &[BackingPart],
-) -> Placement {
+fn placement(config: &ViewConfig, b: &TrackBundle) -> Placement {
+    let t = &b.track;
     let size = match config.mode {
         Mode::StructureOnly => t.stamps.size,
-        Mode::Synthesis => synthesized_len(t, tags, art, flac_block_lens, parts, config.synthesis),
+        Mode::Synthesis => {
+            synthesized_len(t, &b.tags, &b.art, &b.flac_block_lens, &b.parts, config.synthesis)
+        }
     };
     Placement {
         path: config
             .template
-            .render(&TrackFields::new(t, tags), &config.fallbacks),
+            .render(&TrackFields::new(t, &b.tags), &config.fallbacks),
         file: FileEntry {
             track_id: t.id,
             format: t.format,
@@ -169,14 +170,17 @@ fn placement(
 
 /// One track's placement read from the store, `None` once it is gone.
 fn load_placement(store: &Store, config: &ViewConfig, id: i64) -> retagfs_store::Result<Option<Placement>> {
-    let Some(t) = store.track(id)? else {
+    let Some(track) = store.track(id)? else {
         return Ok(None);
     };
-    let tags = store.tags(id)?;
-    let art = store.art_links(id)?;
-    let blocks = store.flac_block_lengths(id)?;
-    let parts = store.backing_parts(id)?;
-    Ok(Some(placement(config, &t, &tags, &art, &blocks, &parts)))
+    let bundle = TrackBundle {
+        track,
+        tags: store.tags(id)?,
+        art: store.art_links(id)?,
+        flac_block_lens: store.flac_block_lengths(id)?,
+        parts: store.backing_parts(id)?,
+    };
+    Ok(Some(placement(config, &bundle)))
 }
 
 /// Changed tracks beyond which a refresh reloads everything in bulk.
@@ -185,8 +189,10 @@ const REBUILD_ABOVE: usize = 5000;
 /// What a refresh found in the store's change log.
 enum Pending {
     Nothing,
-    /// The log was truncated past what the tree reflects: rebuild.
-    Rebuild(Box<Snapshot>, i64),
+    /// The log was truncated past what the tree reflects (or too many
+    /// tracks changed): this tree of this many tracks, up to this log
+    /// position.
+    Rebuild(Box<Tree>, usize, i64),
     /// These tracks changed (None: removed), up to this log position.
     Tracks(Vec<(i64, Option<Placement>)>, i64),
 }
@@ -379,18 +385,13 @@ impl Library {
     pub fn load(db: &Path, config: ViewConfig) -> anyhow::Result<Library> {
         let started = std::time::Instant::now();
         let store = Store::open_read_only(db)?;
-        let (snapshot, seq) = store
-            .read_snapshot(|s| Ok((Snapshot::load(s)?, s.last_change_seq()?)))
+        let ((tree, tracks), seq) = store
+            .read_snapshot(|s| Ok((load_tree(s, &config)?, s.last_change_seq()?)))
             .context("reading the store")?;
-        let loaded = started.elapsed();
-        let tree = snapshot.tree(&config);
         tracing::info!(
-            "loaded {} tracks in {:.1} ms, built the tree in {:.1} ms",
-            snapshot.tracks.len(),
-            loaded.as_secs_f64() * 1000.0,
-            (started.elapsed() - loaded).as_secs_f64() * 1000.0
+            "loaded {tracks} tracks and built the tree in {:.1} ms",
+            started.elapsed().as_secs_f64() * 1000.0
         );
-        drop(snapshot);
         Ok(Library {
             config,
             tree: RwLock::new(tree),
@@ -423,12 +424,14 @@ impl Library {
                             return Ok(Pending::Nothing);
                         }
                         if s.first_change_seq()?.is_some_and(|first| first > since + 1) {
-                            return Ok(Pending::Rebuild(Box::new(Snapshot::load(s)?), last));
+                            let (tree, tracks) = load_tree(s, &self.config)?;
+                            return Ok(Pending::Rebuild(Box::new(tree), tracks, last));
                         }
                         let ids = s.tracks_changed_since(since)?;
                         // Many tracks load faster in bulk than one by one.
                         if ids.len() > REBUILD_ABOVE {
-                            return Ok(Pending::Rebuild(Box::new(Snapshot::load(s)?), last));
+                            let (tree, tracks) = load_tree(s, &self.config)?;
+                            return Ok(Pending::Rebuild(Box::new(tree), tracks, last));
                         }
                         let mut changed = Vec::new();
                         for id in ids {
@@ -442,12 +445,12 @@ impl Library {
         let mut out = Refresh::default();
         match pending {
             Pending::Nothing => {}
-            Pending::Rebuild(snapshot, last) => {
-                let mut new = snapshot.tree(&self.config);
+            Pending::Rebuild(new, tracks, last) => {
+                let mut new = *new;
                 let mut tree = self.tree.write().unwrap_or_else(|e| e.into_inner());
                 out.invalidations = tree.diff(&new);
                 new.note_listing_changes(&out.invalidations, Some(&tree));
-                out.tracks = snapshot.tracks.len();
+                out.tracks = tracks;
                 out.rebuilt = true;
                 *tree = new;
                 self.opened.clear();
@@ -830,5 +833,74 @@ impl SegmentSource for Sources<'_> {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::template::DEFAULT_TEMPLATE;
+    use retagfs_store::{ScannedTrack, Stamps};
+
+    fn same_song(n: usize) -> ScannedTrack {
+        ScannedTrack {
+            backing_path: format!("/m/{n}.flac"),
+            format: Format::Flac,
+            audio_offset: 42,
+            audio_length: 100,
+            stamps: Stamps {
+                size: 142,
+                mtime_ns: 1,
+                ctime_ns: 1,
+            },
+            fingerprint: None,
+            tags: vec![
+                ("artist".into(), "A".into()),
+                ("album".into(), "B".into()),
+                ("title".into(), "Song".into()),
+            ],
+            pictures: vec![],
+            flac_blocks: vec![(0, vec![0; 34])],
+            parts: vec![],
+            passthrough: None,
+        }
+    }
+
+    #[test]
+    fn a_tree_loaded_in_batches_is_the_tree_of_every_track_placed_in_id_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("s.db")).unwrap();
+        // Several batches' worth of tracks with one name: the " (n)"
+        // suffixes show the order the files were placed in.
+        let count = RENDER_BATCH * 4 + 3;
+        let tx = store.write().unwrap();
+        let ids: Vec<i64> = (0..count)
+            .map(|n| retagfs_store::write_scanned(&tx, &same_song(n), None).unwrap())
+            .collect();
+        tx.commit().unwrap();
+        let config = ViewConfig {
+            template: Template::parse(DEFAULT_TEMPLATE).unwrap(),
+            fallbacks: Fallbacks::standard(),
+            mode: Mode::Synthesis,
+            synthesis: SynthesisOptions::default(),
+        };
+
+        let (tree, tracks) = store.read_snapshot(|s| load_tree(s, &config)).unwrap();
+
+        assert_eq!(tracks, count);
+        let one_by_one: Vec<Placement> = ids
+            .iter()
+            .map(|&id| load_placement(&store, &config, id).unwrap().unwrap())
+            .collect();
+        let diff = tree.diff(&Tree::build(one_by_one));
+        assert!(
+            diff == Invalidations::default(),
+            "{} names and {} files differ",
+            diff.entries.len(),
+            diff.inodes.len()
+        );
+        let name = |id: i64| tree.path(file_ino(id)).unwrap();
+        assert_eq!(name(ids[0]), "A/B/Song.flac");
+        assert_eq!(name(ids[count - 1]), format!("A/B/Song ({count}).flac"));
     }
 }

@@ -86,6 +86,45 @@ pub struct Tree {
     listing_changed: HashMap<u64, SystemTime>,
 }
 
+/// A tree built from placements given one by one in track id order:
+/// directories as they come, files at the end, so a file never takes a
+/// name a directory needs.
+#[derive(Default)]
+pub struct TreeBuilder {
+    tree: Tree,
+    /// (directory, stem, attributes) of every file, in track id order.
+    files: Vec<(u64, String, FileEntry)>,
+    /// The last file's directory components and inode: tracks of one
+    /// album are mostly neighbours, so their directory is looked up once.
+    last_dir: Option<(Vec<String>, u64)>,
+}
+
+impl TreeBuilder {
+    /// Adds the next track; its id must be above every track added before.
+    pub fn add(&mut self, p: Placement) {
+        let (comps, stem) = split_path(&p.path);
+        self.tree
+            .rendered
+            .insert(file_ino(p.file.track_id), path_hash(&p.path));
+        let dir = match &self.last_dir {
+            Some((prev, dir)) if *prev == comps => *dir,
+            _ => {
+                let dir = self.tree.ensure_dirs(&comps, &mut Vec::new());
+                self.last_dir = Some((comps, dir));
+                dir
+            }
+        };
+        self.files.push((dir, stem, p.file));
+    }
+
+    pub fn finish(mut self) -> Tree {
+        for (dir, stem, file) in self.files {
+            self.tree.insert_file(dir, &stem, file);
+        }
+        self.tree
+    }
+}
+
 /// What the kernel must forget after the tree changed: directory entries
 /// (parent, name) and inodes whose attributes and cached pages are stale.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -201,33 +240,11 @@ impl Tree {
     /// collisions are resolved the same way on every mount.
     pub fn build(mut placements: Vec<Placement>) -> Tree {
         placements.sort_by_key(|p| p.file.track_id);
-        let mut tree = Tree::new();
-        // Directories first, so a file never takes a name a directory needs.
-        let split: Vec<(Vec<String>, String, FileEntry)> = placements
-            .into_iter()
-            .map(|p| {
-                let (comps, stem) = split_path(&p.path);
-                tree.rendered
-                    .insert(file_ino(p.file.track_id), path_hash(&p.path));
-                (comps, stem, p.file)
-            })
-            .collect();
-        // Tracks of one album are mostly neighbours: their directory is
-        // looked up once.
-        let mut last: Option<(&[String], u64)> = None;
-        let mut dirs = Vec::with_capacity(split.len());
-        for (comps, _, _) in &split {
-            let dir = match last {
-                Some((prev, dir)) if prev == comps.as_slice() => dir,
-                _ => tree.ensure_dirs(comps, &mut Vec::new()),
-            };
-            last = Some((comps, dir));
-            dirs.push(dir);
+        let mut builder = TreeBuilder::default();
+        for p in placements {
+            builder.add(p);
         }
-        for ((_, stem, file), dir) in split.into_iter().zip(dirs) {
-            tree.insert_file(dir, &stem, file);
-        }
-        tree
+        builder.finish()
     }
 
     /// Places one more track, creating its directories as needed. Returns

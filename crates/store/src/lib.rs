@@ -13,7 +13,8 @@ mod scanned_dirs;
 mod store;
 
 pub use model::{
-    ArtLink, BackingPart, Format, NewArt, PartKind, ScannedPicture, ScannedTrack, Stamps, TrackRow,
+    ArtLink, BackingPart, Format, NewArt, PartKind, ScannedPicture, ScannedTrack, Stamps, TrackBundle,
+    TrackRow,
 };
 pub use path_table::{KnownStamps, PathTable};
 pub use rusqlite::Transaction;

@@ -87,6 +87,20 @@ pub struct TrackRow {
     pub passthrough: Option<String>,
 }
 
+/// A track with everything its served path and size are computed from
+/// ([`crate::Store::for_each_track`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrackBundle {
+    pub track: TrackRow,
+    /// (key, value), ordered by key, then position.
+    pub tags: Vec<(String, String)>,
+    /// Pictures, in order, without their bytes.
+    pub art: Vec<ArtLink>,
+    /// (type, body length) of its FLAC blocks, in order.
+    pub flac_block_lens: Vec<(u8, u64)>,
+    pub parts: Vec<BackingPart>,
+}
+
 /// An image to store, addressed by the sha256 of its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewArt {

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
 use sha2::{Digest, Sha256};
 
-use crate::model::{ArtLink, BackingPart, Format, NewArt, PartKind, ScannedTrack, Stamps, TrackRow};
+use crate::model::{
+    ArtLink, BackingPart, Format, NewArt, PartKind, ScannedTrack, Stamps, TrackBundle, TrackRow,
+};
 use crate::path_table::{KnownStamps, PathTable};
 use crate::scanned_dirs::{DirStamp, ScannedDir, ScannedDirs};
 
@@ -445,6 +447,50 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// Every track with what its served path and size come from, in id
+    /// order: one pass over five queries ordered by track id, merged as
+    /// they go (no map of every track's tags is ever built). A picture
+    /// link whose art row is missing is left out here; serving the track
+    /// reports it ([`Store::art_links`]). Call inside
+    /// [`Store::read_snapshot`] for one consistent state.
+    pub fn for_each_track(&self, mut f: impl FnMut(TrackBundle)) -> Result<()> {
+        let mut tracks = self
+            .conn
+            .prepare(&format!("SELECT {TRACK_COLUMNS} FROM tracks ORDER BY id"))?;
+        let mut tags = self
+            .conn
+            .prepare("SELECT track_id, key, value FROM tags ORDER BY track_id, key, position")?;
+        let mut art = self.conn.prepare(&format!(
+            "SELECT {ART_LINK_COLUMNS} FROM track_art l JOIN art a ON a.sha256 = l.art_sha256 \
+             ORDER BY l.track_id, l.position"
+        ))?;
+        let mut blocks = self.conn.prepare(
+            "SELECT track_id, block_type, length(data) FROM flac_blocks ORDER BY track_id, position",
+        )?;
+        let mut parts = self.conn.prepare(
+            "SELECT track_id, kind, offset, length FROM backing_parts ORDER BY track_id, position",
+        )?;
+        let mut tags = ByTrack::new(&mut tags, |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?))))?;
+        let mut art = ByTrack::new(&mut art, |r| Ok((r.get(0)?, art_link_from_row(r, 1)?)))?;
+        let mut blocks = ByTrack::new(&mut blocks, |r| {
+            Ok((r.get(0)?, (r.get(1)?, r.get::<_, i64>(2)? as u64)))
+        })?;
+        let mut parts = ByTrack::new(&mut parts, part_from_row)?;
+        let mut rows = tracks.query([])?;
+        while let Some(r) = rows.next()? {
+            let track = track_from_row(r)?;
+            let id = track.id;
+            f(TrackBundle {
+                track,
+                tags: tags.take(id)?,
+                art: art.take(id)?,
+                flac_block_lens: blocks.take(id)?,
+                parts: parts.take(id)?,
+            });
+        }
+        Ok(())
+    }
+
     /// Tags of one track: (key, value) ordered by key, then position.
     pub fn tags(&self, track_id: i64) -> Result<Vec<(String, String)>> {
         let mut stmt = self
@@ -452,19 +498,6 @@ impl Store {
             .prepare_cached("SELECT key, value FROM tags WHERE track_id = ?1 ORDER BY key, position")?;
         let rows = stmt.query_map([track_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
-
-    /// Tags of every track, grouped by track id.
-    pub fn all_tags(&self) -> Result<HashMap<i64, Vec<(String, String)>>> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT track_id, key, value FROM tags ORDER BY track_id, key, position")?;
-        let mut out: HashMap<i64, Vec<(String, String)>> = HashMap::new();
-        let mut rows = stmt.query([])?;
-        while let Some(r) = rows.next()? {
-            out.entry(r.get(0)?).or_default().push((r.get(1)?, r.get(2)?));
-        }
-        Ok(out)
     }
 
     /// Pictures of one track, in order, without their bytes. A link whose
@@ -487,20 +520,6 @@ impl Store {
         Ok(out)
     }
 
-    /// Pictures of every track, grouped by track id.
-    pub fn all_art_links(&self) -> Result<HashMap<i64, Vec<ArtLink>>> {
-        let mut stmt = self.conn.prepare(&format!(
-            "SELECT {ART_LINK_COLUMNS} FROM track_art l JOIN art a ON a.sha256 = l.art_sha256 \
-                 ORDER BY l.track_id, l.position"
-        ))?;
-        let mut out: HashMap<i64, Vec<ArtLink>> = HashMap::new();
-        let mut rows = stmt.query([])?;
-        while let Some(r) = rows.next()? {
-            out.entry(r.get(0)?).or_default().push(art_link_from_row(r, 1)?);
-        }
-        Ok(out)
-    }
-
     /// FLAC structural blocks of one track, in order.
     pub fn flac_blocks(&self, track_id: i64) -> Result<Vec<(u8, Vec<u8>)>> {
         let mut stmt = self.conn.prepare_cached(
@@ -519,20 +538,6 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// The backing parts of every track, for computing sizes.
-    pub fn all_backing_parts(&self) -> Result<HashMap<i64, Vec<BackingPart>>> {
-        let mut stmt = self.conn.prepare(
-            "SELECT track_id, kind, offset, length FROM backing_parts ORDER BY track_id, position",
-        )?;
-        let mut out: HashMap<i64, Vec<BackingPart>> = HashMap::new();
-        let mut rows = stmt.query([])?;
-        while let Some(r) = rows.next()? {
-            let (id, part) = part_from_row(r)?;
-            out.entry(id).or_default().push(part);
-        }
-        Ok(out)
-    }
-
     /// (type, body length) of one track's FLAC blocks.
     pub fn flac_block_lengths(&self, track_id: i64) -> Result<Vec<(u8, u64)>> {
         let mut stmt = self.conn.prepare_cached(
@@ -540,22 +545,6 @@ impl Store {
         )?;
         let rows = stmt.query_map([track_id], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
-
-    /// Total length of the FLAC structural blocks of every track, so sizes
-    /// can be computed without loading the blocks themselves.
-    pub fn all_flac_block_lengths(&self) -> Result<HashMap<i64, Vec<(u8, u64)>>> {
-        let mut stmt = self.conn.prepare(
-            "SELECT track_id, block_type, length(data) FROM flac_blocks ORDER BY track_id, position",
-        )?;
-        let mut out: HashMap<i64, Vec<(u8, u64)>> = HashMap::new();
-        let mut rows = stmt.query([])?;
-        while let Some(r) = rows.next()? {
-            out.entry(r.get(0)?)
-                .or_default()
-                .push((r.get(1)?, r.get::<_, i64>(2)? as u64));
-        }
-        Ok(out)
     }
 
     /// Reads up to `buf.len()` bytes of an art image starting at `offset`,
@@ -582,6 +571,54 @@ impl Store {
             })
             .optional()?
             .ok_or_else(|| StoreError::NoSuchArt(sha256.to_string()))
+    }
+}
+
+/// The rows of a table that holds several rows per track, read in track
+/// id order beside `tracks`.
+struct ByTrack<'s, T> {
+    rows: rusqlite::Rows<'s>,
+    decode: fn(&rusqlite::Row<'_>) -> rusqlite::Result<(i64, T)>,
+    next: Option<(i64, T)>,
+}
+
+impl<'s, T> ByTrack<'s, T> {
+    fn new(
+        stmt: &'s mut rusqlite::Statement<'_>,
+        decode: fn(&rusqlite::Row<'_>) -> rusqlite::Result<(i64, T)>,
+    ) -> Result<Self> {
+        let mut by_track = ByTrack {
+            rows: stmt.query([])?,
+            decode,
+            next: None,
+        };
+        by_track.advance()?;
+        Ok(by_track)
+    }
+
+    fn advance(&mut self) -> Result<()> {
+        self.next = match self.rows.next()? {
+            Some(r) => Some((self.decode)(r)?),
+            None => None,
+        };
+        Ok(())
+    }
+
+    /// The rows of track `id`; rows of lower ids (a track deleted with
+    /// foreign keys off) are passed over.
+    fn take(&mut self, id: i64) -> Result<Vec<T>> {
+        let mut out = Vec::new();
+        while let Some((track_id, _)) = &self.next {
+            if *track_id > id {
+                break;
+            }
+            let (track_id, value) = self.next.take().expect("checked above");
+            if track_id == id {
+                out.push(value);
+            }
+            self.advance()?;
+        }
+        Ok(out)
     }
 }
 

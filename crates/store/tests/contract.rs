@@ -147,7 +147,9 @@ fn backing_parts_and_passthrough_round_trip() {
     let id = store::write_scanned(&tx, &t, None).unwrap();
     tx.commit().unwrap();
     assert_eq!(db.backing_parts(id).unwrap(), t.parts);
-    assert_eq!(db.all_backing_parts().unwrap()[&id], t.parts);
+    let mut bundles = Vec::new();
+    db.for_each_track(|b| bundles.push(b)).unwrap();
+    assert_eq!(bundles.iter().find(|b| b.track.id == id).unwrap().parts, t.parts);
     assert_eq!(db.track(id).unwrap().unwrap().passthrough.as_deref(), Some("why"));
 }
 
@@ -288,4 +290,38 @@ fn a_new_store_opened_by_several_at_once_is_made_once() {
             assert_eq!(opener.join().unwrap().unwrap(), 0);
         }
     }
+}
+
+#[test]
+fn every_track_comes_with_its_own_rows_in_id_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut db = Store::open(&dir.path().join("s.db")).unwrap();
+    let mut bare = track("/m/b.wav");
+    bare.format = Format::Wav;
+    bare.tags.clear();
+    bare.flac_blocks.clear();
+    bare.parts = vec![BackingPart::new(PartKind::Data, 44, 56)];
+    let tx = db.write().unwrap();
+    let a = store::write_scanned(&tx, &track("/m/a.flac"), None).unwrap();
+    let gone = store::write_scanned(&tx, &track("/m/gone.flac"), None).unwrap();
+    let b = store::write_scanned(&tx, &bare, None).unwrap();
+    tx.commit().unwrap();
+    // A tool deleting a track with foreign keys off leaves its rows behind.
+    db.conn()
+        .execute_batch(&format!(
+            "PRAGMA foreign_keys = OFF; DELETE FROM tracks WHERE id = {gone};"
+        ))
+        .unwrap();
+
+    let mut bundles = Vec::new();
+    db.read_snapshot(|s| s.for_each_track(|t| bundles.push(t)))
+        .unwrap();
+
+    let ids: Vec<i64> = bundles.iter().map(|t| t.track.id).collect();
+    assert_eq!(ids, [a, b]);
+    assert_eq!(bundles[0].tags, db.tags(a).unwrap());
+    assert_eq!(bundles[0].flac_block_lens, [(0, 34)]);
+    assert!(bundles[0].parts.is_empty());
+    assert!(bundles[1].tags.is_empty() && bundles[1].flac_block_lens.is_empty());
+    assert_eq!(bundles[1].parts, bare.parts);
 }
