@@ -141,6 +141,12 @@ pub fn file_ino(track_id: i64) -> u64 {
 /// NUL cannot appear, a leading dot (hidden file) becomes `_`, surrounding
 /// whitespace goes. `None` for a component that is empty, `.` or `..`.
 pub fn sanitize_component(raw: &str) -> Option<String> {
+    let trimmed = raw.trim();
+    let clean = |c: char| !c.is_control() && c != '/';
+    // Most components need nothing but their copy.
+    if !trimmed.starts_with('.') && trimmed.chars().all(clean) {
+        return (!trimmed.is_empty()).then(|| trimmed.to_string());
+    }
     let cleaned: String = raw
         .chars()
         .filter(|&c| c != '\0')
@@ -403,18 +409,20 @@ impl Tree {
 
     /// Adds a file under `dir`, suffixing ` (2)`, ` (3)`... on a name clash.
     pub fn insert_file(&mut self, dir: u64, stem: &str, file: FileEntry) -> u64 {
+        let numbered;
         let stem = if stem.is_empty() {
-            format!("track {}", file.track_id)
+            numbered = format!("track {}", file.track_id);
+            &numbered
         } else {
-            stem.to_string()
+            stem
         };
         let ext = file.format.extension();
-        let base = file_name(&stem, "", ext);
-        let mut name = base.clone();
+        let mut name = file_name(stem, "", ext);
         if self.child(dir, &name).is_some() {
+            let base = name;
             let mut n = self.next_suffix.get(&(dir, base.clone())).copied().unwrap_or(2);
             loop {
-                name = file_name(&stem, &format!(" ({n})"), ext);
+                name = file_name(stem, &format!(" ({n})"), ext);
                 n += 1;
                 if self.child(dir, &name).is_none() {
                     break;
@@ -643,6 +651,20 @@ mod tests {
             assert!(p.ends_with(".flac"));
         }
         assert_eq!(t.file_count(), 2);
+    }
+
+    #[test]
+    fn components_are_cleaned_and_plain_ones_kept_as_they_are() {
+        let clean = |raw: &str| sanitize_component(raw);
+        assert_eq!(clean("  Abbey Road  ").as_deref(), Some("Abbey Road"));
+        assert_eq!(clean("Sigur Rós – ( )").as_deref(), Some("Sigur Rós – ( )"));
+        assert_eq!(clean("\tA\u{1}B\n").as_deref(), Some("A B"));
+        assert_eq!(clean("\u{1}Live").as_deref(), Some("Live"));
+        assert_eq!(clean(".hidden").as_deref(), Some("_hidden"));
+        assert_eq!(clean(" \u{0}.x").as_deref(), Some("_x"));
+        for gone in ["", "   ", ".", "..", " .. ", "\u{1}\u{0}"] {
+            assert_eq!(clean(gone), None, "{gone:?}");
+        }
     }
 
     proptest! {
