@@ -117,8 +117,8 @@ impl Store {
 
     fn configure(&self) -> rusqlite::Result<()> {
         self.conn.busy_timeout(BUSY_TIMEOUT)?;
-        self.use_wal()?;
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        self.use_wal()?;
         self.conn.pragma_update(None, "foreign_keys", "ON")?;
         Ok(())
     }
