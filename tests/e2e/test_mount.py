@@ -5,6 +5,7 @@ import errno
 import hashlib
 import json
 import os
+import signal
 import stat
 import shutil
 import subprocess
@@ -164,6 +165,55 @@ def test_inodes_are_stable_across_remounts(store, mount):
     m = mount(store, name="b")
     second = (os.stat(os.path.join(m.mnt, path)).st_ino, os.stat(os.path.dirname(os.path.join(m.mnt, path))).st_ino)
     assert first == second
+
+
+def files_of(root):
+    return sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
+
+
+def stop_with_files_open(store, mount, name):
+    """A mount with one file read from and another opened but not yet read,
+    then a SIGTERM, as a service manager's stop sends."""
+    m = mount(store, name=name)
+    first, second = files_of(m.mnt)[:2]
+    read_fd, unread_fd = os.open(first, os.O_RDONLY), os.open(second, os.O_RDONLY)
+    head = os.pread(read_fd, 4096, 0)
+    m.proc.send_signal(signal.SIGTERM)
+    deadline = time.time() + 10
+    while os.path.ismount(m.mnt):
+        assert time.time() < deadline, "a signal with files open left the mount in place"
+        time.sleep(0.05)
+    assert m.proc.poll() is None, "the daemon stopped while files were open"
+    return m, first, read_fd, unread_fd, head
+
+
+def test_a_signal_with_files_open_detaches_and_serves_them_until_closed(store, mount):
+    m, first, read_fd, unread_fd, head = stop_with_files_open(store, mount, "detached")
+    try:
+        assert os.pread(read_fd, 4096, 0) == head
+        assert len(os.pread(unread_fd, 1 << 20, 0)) > 0
+    finally:
+        os.close(read_fd)
+        os.close(unread_fd)
+    assert m.proc.wait(timeout=20) == 0
+    log = m.stop()
+    assert "files are still open" in log and "unmounted" in log, log
+
+
+def test_a_second_signal_stops_at_once_with_files_open(store, mount):
+    m, _, read_fd, unread_fd, _ = stop_with_files_open(store, mount, "stopped")
+    try:
+        m.proc.send_signal(signal.SIGTERM)
+        assert m.proc.wait(timeout=20) == 0
+        # Nothing of it was cached, so the read needs the daemon, now gone.
+        with pytest.raises(OSError) as e:
+            os.pread(unread_fd, 4096, 0)
+        assert e.value.errno in (errno.ENOTCONN, errno.ECONNABORTED, errno.EIO), e.value
+    finally:
+        os.close(read_fd)
+        os.close(unread_fd)
+    assert "stopping now" in m.stop()
+    assert f" {m.mnt} " not in open("/proc/mounts").read()
 
 
 def test_art_set_is_served(store, mount, library):

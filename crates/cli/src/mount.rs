@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use retagfs_core::{Library, Mode};
 use retagfs_formats::Id3Version;
-use retagfs_fuse::{Mount, MountConfig, Ownership};
+use retagfs_fuse::{Mount, MountConfig, Ownership, Unmounted, Unmounter};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::args::{IoUringArg, MountArgs};
@@ -175,16 +175,10 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
             a.mountpoint.display()
         )
     })?;
-    let mut unmounter = mount.unmounter();
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
-    std::thread::spawn(move || {
-        if let Some(sig) = signals.forever().next() {
-            tracing::info!("signal {sig}: unmounting");
-            if let Err(e) = unmounter.unmount() {
-                eprintln!("retagfs: unmount failed: {e}");
-            }
-        }
-    });
+    let unmounter = mount.unmounter();
+    let signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    let mountpoint = a.mountpoint.clone();
+    std::thread::spawn(move || stop_on_signals(signals, unmounter, &mountpoint));
     eprintln!(
         "retagfs: serving {files} files at {} (Ctrl-C to unmount)",
         a.mountpoint.display()
@@ -192,4 +186,32 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
     mount.run().context("serving the mount")?;
     eprintln!("retagfs: unmounted {}", a.mountpoint.display());
     Ok(())
+}
+
+/// The first signal unmounts (detaching the mount while files are open, so
+/// that they are served until closed); a second one stops at once, and
+/// reads of files still open then fail with ENOTCONN.
+fn stop_on_signals(mut signals: signal_hook::iterator::Signals, mut unmounter: Unmounter, mountpoint: &Path) {
+    let mut signals = signals.forever();
+    let Some(sig) = signals.next() else { return };
+    tracing::info!("signal {sig}: unmounting");
+    match unmounter.unmount() {
+        Ok(Unmounted::Done) => return,
+        Ok(Unmounted::Detached) => eprintln!(
+            "retagfs: files are still open in {}: it is detached and serves them until they are closed; \
+             signal again to stop now",
+            mountpoint.display()
+        ),
+        Err(e) => eprintln!(
+            "retagfs: unmounting {} failed: {e}; signal again to stop now",
+            mountpoint.display()
+        ),
+    }
+    if let Some(sig) = signals.next() {
+        eprintln!("retagfs: signal {sig} again: stopping now");
+        // Best effort: a mount left behind would answer ENOTCONN until
+        // unmounted by hand.
+        let _ = unmounter.detach();
+        std::process::exit(0);
+    }
 }

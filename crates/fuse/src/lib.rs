@@ -7,7 +7,8 @@
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::AsFd;
-use std::path::Path;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -68,16 +69,55 @@ pub struct MountConfig {
 /// (by `unmount` from another thread, or `fusermount3 -u` / `umount`).
 pub struct Mount {
     session: Session<DevFuse>,
+    mountpoint: PathBuf,
     rings: Option<uring::Rings>,
     watcher: Watcher,
 }
 
 /// Unmounts a running [`Mount`] from another thread (signal handler).
-pub struct Unmounter(fuser::SessionUnmounter);
+pub struct Unmounter {
+    session: fuser::SessionUnmounter,
+    mountpoint: PathBuf,
+}
+
+/// How [`Unmounter::unmount`] left the mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unmounted {
+    /// Gone: [`Mount::run`] returns.
+    Done,
+    /// Files were open: the mount left the file system tree, and the
+    /// daemon serves the open files until the last is closed, when
+    /// [`Mount::run`] returns.
+    Detached,
+}
 
 impl Unmounter {
-    pub fn unmount(&mut self) -> io::Result<()> {
-        self.0.unmount()
+    /// Unmounts; when files are still open (the kernel says EBUSY),
+    /// detaches the mount instead, as `umount -l` does. Without that, a
+    /// service manager's stop would leave the daemon serving forever.
+    pub fn unmount(&mut self) -> io::Result<Unmounted> {
+        match self.session.unmount() {
+            Ok(()) => Ok(Unmounted::Done),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                self.detach()?;
+                Ok(Unmounted::Detached)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Detaches the mount (`MNT_DETACH`) whether or not files are open.
+    /// Only root gets here with EBUSY: for other users fuser unmounts
+    /// through `fusermount3 -u -z`, which detaches already.
+    pub fn detach(&self) -> io::Result<()> {
+        let path = std::ffi::CString::new(self.mountpoint.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: `path` is a valid NUL-terminated string for the call.
+        if unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) } == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
     }
 }
 
@@ -118,13 +158,17 @@ impl Mount {
             .map_err(|e| io::Error::other(format!("watching the store: {e:#}")))?;
         Ok(Mount {
             session,
+            mountpoint: mountpoint.to_path_buf(),
             rings,
             watcher,
         })
     }
 
     pub fn unmounter(&mut self) -> Unmounter {
-        Unmounter(self.session.unmount_callable())
+        Unmounter {
+            session: self.session.unmount_callable(),
+            mountpoint: self.mountpoint.clone(),
+        }
     }
 
     /// Serves requests until unmounted.
