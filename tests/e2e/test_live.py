@@ -153,3 +153,25 @@ def test_same_path_new_size_is_seen_at_once_despite_long_cache_timeouts(store, l
     new = open(path, "rb").read()
     assert len(new) == os.path.getsize(path) and len(new) > len(old) + 5000
     assert new.endswith(old[-1000:])  # the audio, untouched
+
+
+def test_a_store_moved_over_the_mounted_one_is_loaded_and_stays_sound(store, library, tmp_path, mount):
+    """A store rebuilt elsewhere and moved into place: the mount follows it,
+    and the old store's -wal/-shm (kept by the mount's connections, paired by
+    SQLite with any database of that name) do not corrupt it."""
+    m = mount(store)
+    flac = str(library / "tagged.flac")
+    run("tag", "--db", str(store), "set", flac, "title=Old Store Edit")
+    album = os.path.join(m.mnt, "Fixture Band", "Fixture Album")
+    wait_for(lambda: "03 Old Store Edit.flac" in os.listdir(album))
+    rebuilt = tmp_path / "rebuilt.db"
+    run("scan", str(library), "--db", str(rebuilt))
+    run("tag", "--db", str(rebuilt), "set", flac, "title=Rebuilt Store")
+    os.replace(rebuilt, store)
+    wait_for(lambda: os.path.exists(os.path.join(album, "03 Rebuilt Store.flac")))
+    with sqlite3.connect(str(store)) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert len(export(store)) == 9
+    run("tag", "--db", str(store), "set", flac, "title=Edited After")
+    wait_for(lambda: os.path.exists(os.path.join(album, "03 Edited After.flac")))
+    assert "was replaced" in m.stop()

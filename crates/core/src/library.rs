@@ -213,10 +213,26 @@ pub struct Refresh {
 struct ConnectionPool {
     db: PathBuf,
     idle: Mutex<Vec<Store>>,
+    /// Held shared while a connection is in use, exclusively while the
+    /// store is replaced ([`ConnectionPool::replace`]): no work on the old
+    /// file overlaps the switch.
+    gate: RwLock<()>,
+    /// How many times the file at the store's path was replaced.
+    generation: AtomicU64,
 }
 
 impl ConnectionPool {
+    fn new(db: &Path, store: Store) -> ConnectionPool {
+        ConnectionPool {
+            db: db.to_path_buf(),
+            idle: Mutex::new(vec![store]),
+            gate: RwLock::new(()),
+            generation: AtomicU64::new(0),
+        }
+    }
+
     fn with<T>(&self, f: impl FnOnce(&Store) -> io::Result<T>) -> io::Result<T> {
+        let _in_use = self.gate.read().unwrap_or_else(|e| e.into_inner());
         let conn = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let conn = match conn {
             Some(c) => c,
@@ -228,6 +244,23 @@ impl ConnectionPool {
         let result = f(&conn);
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
         result
+    }
+
+    /// Closes every connection (they hold the file that was at the
+    /// store's path) and runs `f` on one to the file there now, while no
+    /// other connection is in use.
+    fn replace<T>(&self, f: impl FnOnce(&Store) -> anyhow::Result<T>) -> anyhow::Result<T> {
+        let _switching = self.gate.write().unwrap_or_else(|e| e.into_inner());
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        let store = Store::open_read_only(&self.db)?;
+        let out = f(&store)?;
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(store);
+        Ok(out)
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
     }
 }
 
@@ -260,6 +293,9 @@ pub struct OpenFile {
     bytes_read: AtomicU64,
     /// Whether [`OpenFile::read_through`] said so already.
     read_through: AtomicBool,
+    /// The store's generation when opened: pictures are read from the
+    /// store, which must still be the file this one was resolved from.
+    store_generation: u64,
 }
 
 /// When backing bytes are read ahead of a sequential reader.
@@ -395,10 +431,7 @@ impl Library {
         Ok(Library {
             config,
             tree: RwLock::new(tree),
-            pool: ConnectionPool {
-                db: db.to_path_buf(),
-                idle: Mutex::new(vec![store]),
-            },
+            pool: ConnectionPool::new(db, store),
             passthrough_logged: Mutex::default(),
             opened: OpenCache::default(),
             warmed: Mutex::default(),
@@ -446,15 +479,7 @@ impl Library {
         match pending {
             Pending::Nothing => {}
             Pending::Rebuild(new, tracks, last) => {
-                let mut new = *new;
-                let mut tree = self.tree.write().unwrap_or_else(|e| e.into_inner());
-                out.invalidations = tree.diff(&new);
-                new.note_listing_changes(&out.invalidations, Some(&tree));
-                out.tracks = tracks;
-                out.rebuilt = true;
-                *tree = new;
-                self.opened.clear();
-                self.warmed.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                out = self.replace_tree(*new, tracks);
                 *seen = last;
             }
             Pending::Tracks(changed, last) => {
@@ -472,6 +497,41 @@ impl Library {
             }
         }
         Ok(out)
+    }
+
+    /// Loads the store again from its path, after the file there was
+    /// replaced (a store rebuilt elsewhere and moved into place, or removed
+    /// and scanned anew): connections to the old file are closed and the
+    /// tree is rebuilt from the new one. Files already open keep serving
+    /// what they opened.
+    pub fn reload(&self) -> anyhow::Result<Refresh> {
+        let mut seen = self.seen_seq.lock().unwrap_or_else(|e| e.into_inner());
+        self.pool.replace(|store| {
+            let (tree, tracks, last) = store
+                .read_snapshot(|s| {
+                    let (tree, tracks) = load_tree(s, &self.config)?;
+                    Ok((tree, tracks, s.last_change_seq()?))
+                })
+                .context("reading the store")?;
+            *seen = last;
+            Ok(self.replace_tree(tree, tracks))
+        })
+    }
+
+    /// Serves `new` instead of the current tree; what the kernel must
+    /// forget comes back.
+    fn replace_tree(&self, mut new: Tree, tracks: usize) -> Refresh {
+        let mut tree = self.tree.write().unwrap_or_else(|e| e.into_inner());
+        let invalidations = tree.diff(&new);
+        new.note_listing_changes(&invalidations, Some(&tree));
+        *tree = new;
+        self.opened.clear();
+        self.warmed.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        Refresh {
+            tracks,
+            rebuilt: true,
+            invalidations,
+        }
     }
 
     /// When files opened from now on read their backing bytes ahead.
@@ -500,6 +560,9 @@ impl Library {
     /// for a track that is gone, EIO for a backing file that changed since
     /// the scan or store rows that cannot describe a file (each logged).
     pub fn open(&self, ino: u64) -> io::Result<OpenFile> {
+        // Before resolving: a store replaced meanwhile then fails this
+        // file's picture reads instead of serving another store's.
+        let store_generation = self.pool.generation();
         let entry = match self.tree().get(ino).map(|n| &n.entry) {
             Some(crate::tree::Entry::File(f)) => f.clone(),
             Some(_) => return Err(io::Error::from_raw_os_error(libc::EISDIR)),
@@ -539,6 +602,7 @@ impl Library {
             hints,
             bytes_read: AtomicU64::new(0),
             read_through: AtomicBool::new(false),
+            store_generation,
         })
     }
 
@@ -822,6 +886,15 @@ impl SegmentSource for Sources<'_> {
 
     fn read_art(&self, rowid: i64, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let n = self.lib.pool.with(|store| {
+            // Checked while the connection is in use: the store cannot be
+            // replaced between the check and the read.
+            if self.file.store_generation != self.lib.pool.generation() {
+                tracing::error!(
+                    "{}: the store was replaced while this file was open: its picture cannot be read; open it again",
+                    self.file.track.backing_path
+                );
+                return Err(eio());
+            }
             store
                 .read_art(rowid, offset, buf)
                 .map_err(|e| io::Error::other(e.to_string()))

@@ -1,9 +1,12 @@
 //! Follows the store while mounted: inotify on the database and its WAL
 //! wakes the watcher the moment a writer touches them, `PRAGMA
 //! data_version` tells whether a transaction was committed, and a slow poll
-//! covers file systems where inotify says nothing (network mounts).
+//! covers file systems where inotify says nothing (network mounts). A store
+//! replaced at its path (rebuilt elsewhere and moved into place, or removed
+//! and scanned anew) is loaded anew.
 
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -33,6 +36,7 @@ impl Watcher {
         on_refresh: impl Fn(&Refresh) + Send + 'static,
     ) -> anyhow::Result<Watcher> {
         let store = Store::open_read_only(db)?;
+        let db_path = db.to_path_buf();
         let inotify = watch_db_files(db)
             .inspect_err(|e| tracing::warn!("inotify unavailable ({e}); polling the store every {POLL:?}"))
             .ok();
@@ -40,7 +44,7 @@ impl Watcher {
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("retagfs-watch".into())
-            .spawn(move || run(&lib, &store, inotify, &flag, &on_refresh))?;
+            .spawn(move || run(&lib, &db_path, store, inotify, &flag, &on_refresh))?;
         Ok(Watcher {
             stop,
             _thread: thread,
@@ -74,18 +78,31 @@ fn watch_db_files(db: &Path) -> std::io::Result<(Inotify, Vec<PathBuf>)> {
 
 fn run(
     lib: &Library,
-    store: &Store,
+    db: &Path,
+    mut store: Store,
     mut inotify: Option<(Inotify, Vec<PathBuf>)>,
     stop: &AtomicBool,
     on_refresh: &dyn Fn(&Refresh),
 ) {
     let mut buf = [0u8; 4096];
     let mut version = store.data_version().unwrap_or(0);
+    let mut served = StoreFile::at(db);
     while !stop.load(Ordering::Relaxed) {
         if let Some((ino, names)) = inotify.as_mut() {
             wait_for_db_event(ino, names, &mut buf);
         } else {
             std::thread::sleep(POLL);
+        }
+        match served.check(db) {
+            StoreChange::None => {}
+            StoreChange::Removed => continue,
+            StoreChange::Replaced(identity) => {
+                if let Some(replaced) = served.load(lib, db, identity, on_refresh) {
+                    store = replaced;
+                    version = store.data_version().unwrap_or(0);
+                }
+                continue;
+            }
         }
         // A write that is not committed yet leaves data_version alone.
         match store.data_version() {
@@ -113,6 +130,138 @@ fn run(
             }
             Ok(_) => {}
             Err(e) => tracing::error!("refresh failed: {e:#}"),
+        }
+    }
+}
+
+/// Which file the store's path names (device and inode), to notice it
+/// being replaced: the connections would otherwise keep the old file open,
+/// and its WAL with it, and follow it forever.
+struct StoreFile {
+    identity: Option<(u64, u64)>,
+    /// The `-wal` and `-shm` files beside it, which the connections to it
+    /// keep open (SQLite deletes them only when the last connection that
+    /// can write closes).
+    companions: Vec<(PathBuf, Option<(u64, u64)>)>,
+    /// A new file that could not be loaded as a store yet (a scan still
+    /// creating it): said once, tried again at every wake.
+    refused: Option<(u64, u64)>,
+}
+
+enum StoreChange {
+    None,
+    /// Nothing at the path (said once): what the old file held is served.
+    Removed,
+    /// Another file at the path.
+    Replaced((u64, u64)),
+}
+
+impl StoreFile {
+    fn identity(db: &Path) -> Option<(u64, u64)> {
+        std::fs::metadata(db).ok().map(|m| (m.dev(), m.ino()))
+    }
+
+    fn at(db: &Path) -> StoreFile {
+        StoreFile {
+            identity: Self::identity(db),
+            companions: Self::companions(db),
+            refused: None,
+        }
+    }
+
+    fn companions(db: &Path) -> Vec<(PathBuf, Option<(u64, u64)>)> {
+        ["-wal", "-shm"]
+            .into_iter()
+            .map(|suffix| {
+                let mut path = db.as_os_str().to_os_string();
+                path.push(suffix);
+                let path = PathBuf::from(path);
+                let identity = Self::identity(&path);
+                (path, identity)
+            })
+            .collect()
+    }
+
+    /// Removes the old store's `-wal` and `-shm` files still at their
+    /// paths: SQLite pairs these files with a database by name, so the new
+    /// store would be read (and, by a writer, checkpointed) through the
+    /// old one's WAL. Nothing else can rightly be using them: they are the
+    /// very files this mount's connections to the old store hold.
+    fn remove_stale_companions(&mut self) {
+        for (path, old) in &mut self.companions {
+            if old.is_some() && Self::identity(path) == *old {
+                match std::fs::remove_file(&*path) {
+                    Ok(()) => tracing::warn!(
+                        "removed {}: it belonged to the store that was replaced, and SQLite would have read the new one through it",
+                        path.display()
+                    ),
+                    Err(e) => tracing::error!(
+                        "{} belongs to the store that was replaced, and cannot be removed: {e}",
+                        path.display()
+                    ),
+                }
+            }
+            *old = None;
+        }
+    }
+
+    fn check(&mut self, db: &Path) -> StoreChange {
+        match Self::identity(db) {
+            now if now == self.identity => {
+                // A writer may have made them since the last look.
+                self.companions = Self::companions(db);
+                StoreChange::None
+            }
+            None => {
+                tracing::warn!(
+                    "the store {} was removed: serving what it held until a store appears at that path",
+                    db.display()
+                );
+                self.identity = None;
+                StoreChange::Removed
+            }
+            Some(now) => StoreChange::Replaced(now),
+        }
+    }
+
+    /// Serves the store now at `db` (file `identity`); its connection for
+    /// the watcher comes back, or None when it cannot be loaded yet.
+    fn load(
+        &mut self,
+        lib: &Library,
+        db: &Path,
+        identity: (u64, u64),
+        on_refresh: &dyn Fn(&Refresh),
+    ) -> Option<Store> {
+        let started = Instant::now();
+        self.remove_stale_companions();
+        let loaded = Store::open_read_only(db)
+            .map_err(anyhow::Error::from)
+            .and_then(|store| Ok((store, lib.reload()?)));
+        match loaded {
+            Ok((store, r)) => {
+                tracing::warn!(
+                    "the store {} was replaced: loaded the new one ({} tracks) in {:.1} ms",
+                    db.display(),
+                    r.tracks,
+                    started.elapsed().as_secs_f64() * 1000.0
+                );
+                on_refresh(&r);
+                self.identity = Some(identity);
+                self.companions = Self::companions(db);
+                self.refused = None;
+                Some(store)
+            }
+            Err(e) => {
+                if self.refused != Some(identity) {
+                    tracing::warn!(
+                        "the store {} was replaced by a file that is not (yet) a store: {e:#}; trying again",
+                        db.display()
+                    );
+                    self.refused = Some(identity);
+                }
+                None
+            }
         }
     }
 }

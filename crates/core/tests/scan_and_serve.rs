@@ -4,9 +4,12 @@
 //! structure-only mode.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use retagfs_core::scan::{scan, ScanOptions};
 use retagfs_core::tree::{file_ino, Entry};
+use retagfs_core::watch::Watcher;
 use retagfs_core::{Fallbacks, Library, Mode, Template, ViewConfig, DEFAULT_TEMPLATE};
 use retagfs_formats::{probe, ReadAt, Source};
 use retagfs_store::{self as store, Format, Store};
@@ -535,6 +538,65 @@ fn open_handle_keeps_its_version_across_a_retag() {
     first.extend_from_slice(lib.read(&file, 3000, old.len(), &mut Vec::new()).unwrap());
     assert_eq!(first, old);
     assert_ne!(read_all(&lib, file_ino(t.id)), old);
+}
+
+/// A store rebuilt elsewhere and moved over the served one is loaded by
+/// the watcher, not read through the old store's WAL (which SQLite pairs
+/// with any database of that name). A file opened before still serves its
+/// own header and audio, but its picture, read from the store, fails rather
+/// than coming from the other store.
+#[test]
+fn a_replaced_store_is_reloaded_and_older_handles_do_not_read_its_pictures() {
+    let (dir, db_path, mut db) = scanned();
+    let lib = Arc::new(Library::load(&db_path, view(Mode::Synthesis)).unwrap());
+    let flac = db
+        .resolve_track(dir.path().join("tagged.flac").to_str().unwrap())
+        .unwrap();
+    // An edit the old store's WAL still holds (the library's connections
+    // keep it from being checkpointed away).
+    let tx = db.write().unwrap();
+    store::set_tag(&tx, flac.id, "title", &["Old Store Edit".into()]).unwrap();
+    tx.commit().unwrap();
+    lib.refresh().unwrap();
+    let (refreshed, refreshes) = std::sync::mpsc::channel();
+    let watcher = Watcher::spawn(lib.clone(), &db_path, move |r| {
+        let _ = refreshed.send((r.rebuilt, r.invalidations.entries.len()));
+    })
+    .unwrap();
+    let before = read_all(&lib, file_ino(flac.id));
+    let opened_before = lib.open(file_ino(flac.id)).unwrap();
+
+    let other = dir.path().join("other.db");
+    let mut rebuilt = Store::open(&other).unwrap();
+    scan(&mut rebuilt, &opts(dir.path(), false), &|_| {}).unwrap();
+    // Scans probe in parallel: ids need not be the old store's.
+    let id = rebuilt.resolve_track(&flac.backing_path).unwrap().id;
+    let tx = rebuilt.write().unwrap();
+    store::set_tag(&tx, id, "title", &["From The New Store".into()]).unwrap();
+    tx.commit().unwrap();
+    drop((rebuilt, db));
+    std::fs::rename(&other, &db_path).unwrap();
+
+    let (rebuilt, forgotten) = refreshes.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(rebuilt && forgotten > 0);
+    watcher.stop();
+    let fresh = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    assert_eq!(fresh.tree().file_count(), lib.tree().file_count());
+    assert_eq!(lib.tree().file_paths(), fresh.tree().file_paths());
+    assert_eq!(
+        path_of(&lib, id).unwrap(),
+        "Fixture Band/Fixture Album/03 From The New Store.flac"
+    );
+    assert_eq!(read_all(&lib, file_ino(id)), read_all(&fresh, file_ino(id)));
+
+    // The old handle: its first bytes (the header before the picture) as
+    // before, the whole file not.
+    let head = lib.read(&opened_before, 0, 64, &mut Vec::new()).unwrap().to_vec();
+    assert_eq!(head, before[..64]);
+    let whole = lib
+        .read(&opened_before, 0, before.len(), &mut Vec::new())
+        .map(|_| ());
+    assert_eq!(whole.unwrap_err().raw_os_error(), Some(libc::EIO));
 }
 
 /// A moved file whose container changed around the same audio (another
