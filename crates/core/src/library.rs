@@ -231,6 +231,8 @@ impl ConnectionPool {
         }
     }
 
+    /// Runs `f` on a connection. Not to be called holding the tree's lock:
+    /// a replacement holds this side's gate while it swaps the tree.
     fn with<T>(&self, f: impl FnOnce(&Store) -> io::Result<T>) -> io::Result<T> {
         let _in_use = self.gate.read().unwrap_or_else(|e| e.into_inner());
         let conn = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
@@ -249,12 +251,15 @@ impl ConnectionPool {
     /// Closes every connection (they hold the file that was at the
     /// store's path) and runs `f` on one to the file there now, while no
     /// other connection is in use.
+    /// `f` must leave nothing of the old store to serve (the tree, the
+    /// open cache): the generation moves on after it, so that a file
+    /// opened meanwhile from what the old store left has the old one.
     fn replace<T>(&self, f: impl FnOnce(&Store) -> anyhow::Result<T>) -> anyhow::Result<T> {
         let _switching = self.gate.write().unwrap_or_else(|e| e.into_inner());
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        self.generation.fetch_add(1, Ordering::Relaxed);
         let store = Store::open_read_only(&self.db)?;
         let out = f(&store)?;
+        self.generation.fetch_add(1, Ordering::Relaxed);
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(store);
         Ok(out)
     }
@@ -503,7 +508,10 @@ impl Library {
     /// replaced (a store rebuilt elsewhere and moved into place, or removed
     /// and scanned anew): connections to the old file are closed and the
     /// tree is rebuilt from the new one. Files already open keep serving
-    /// what they opened.
+    /// what they opened, but fail their pictures' reads (EIO). The old
+    /// store's `-wal` and `-shm` must be gone from their paths first, or
+    /// SQLite reads the new store through them ([`crate::watch`] sees to
+    /// it).
     pub fn reload(&self) -> anyhow::Result<Refresh> {
         let mut seen = self.seen_seq.lock().unwrap_or_else(|e| e.into_inner());
         self.pool.replace(|store| {
