@@ -29,6 +29,13 @@ pub enum Command {
     /// Scan music folders into the store (re-scans skip unchanged files).
     Scan(ScanArgs),
     /// Mount the store's view of the library (blocks until unmounted).
+    #[command(
+        after_help = "Edits to the store (retagfs tag/art/import, raw SQL per docs/store.md, \
+re-scans), and a store moved over this one, show up in the mount without a remount.\n\n\
+Ctrl-C, SIGTERM or SIGHUP unmounts. With files open in it, the mount is detached instead \
+(as `umount -l`): it leaves the directory tree at once and serves the open files until they \
+are closed, then exits; a second signal stops it at once."
+    )]
     Mount(MountArgs),
     /// Print every track as JSON: id, backing_path, path, format, tags, art.
     Export(ExportArgs),
@@ -44,6 +51,7 @@ pub enum Command {
 
 #[derive(Args)]
 pub struct ImportArgs {
+    /// The store to edit.
     #[arg(long)]
     pub db: PathBuf,
     /// The JSON file, or - for standard input.
@@ -112,6 +120,7 @@ pub enum ModeArg {
 pub struct MountArgs {
     /// An empty directory to mount on.
     pub mountpoint: PathBuf,
+    /// The store made by `retagfs scan`.
     #[arg(long)]
     pub db: PathBuf,
     #[command(flatten)]
@@ -175,6 +184,7 @@ pub struct MountArgs {
 
 #[derive(Args)]
 pub struct ExportArgs {
+    /// The store to print.
     #[arg(long)]
     pub db: PathBuf,
     #[command(flatten)]
@@ -183,6 +193,7 @@ pub struct ExportArgs {
 
 #[derive(Args)]
 pub struct TagArgs {
+    /// The store to read or edit.
     #[arg(long)]
     pub db: PathBuf,
     #[command(subcommand)]
@@ -215,6 +226,7 @@ pub enum TagAction {
 
 #[derive(Args)]
 pub struct ArtArgs {
+    /// The store to edit.
     #[arg(long)]
     pub db: PathBuf,
     #[command(subcommand)]
