@@ -175,3 +175,25 @@ def test_a_store_moved_over_the_mounted_one_is_loaded_and_stays_sound(store, lib
     run("tag", "--db", str(store), "set", flac, "title=Edited After")
     wait_for(lambda: os.path.exists(os.path.join(album, "03 Edited After.flac")))
     assert "was replaced" in m.stop()
+
+
+def test_the_store_moved_away_and_back_keeps_its_wal(store, library, mount):
+    """Moving the mounted store away and back is not a replacement: its
+    -wal (holding the last edit) must stay where it is."""
+    m = mount(store)
+    log = lambda: open(str(m.mnt) + ".log").read()  # noqa: E731
+    flac = str(library / "tagged.flac")
+    run("tag", "--db", str(store), "set", flac, "title=Kept In The WAL")
+    album = os.path.join(m.mnt, "Fixture Band", "Fixture Album")
+    wait_for(lambda: "03 Kept In The WAL.flac" in os.listdir(album))
+    away = store.with_name("away.db")
+    os.rename(store, away)
+    wait_for(lambda: "was removed" in log())
+    os.rename(away, store)
+    wait_for(lambda: "is back" in log())
+    assert export(store)[flac]["tags"]["title"] == ["Kept In The WAL"]
+    with sqlite3.connect(str(store)) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    run("tag", "--db", str(store), "set", flac, "title=Edited After")
+    wait_for(lambda: os.path.exists(os.path.join(album, "03 Edited After.flac")))
+    assert "replaced" not in m.stop()

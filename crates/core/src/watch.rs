@@ -86,7 +86,12 @@ fn run(
 ) {
     let mut buf = [0u8; 4096];
     let mut version = store.data_version().unwrap_or(0);
-    let mut served = StoreFile::at(db);
+    // The file the library loaded: the one its first connection holds.
+    let Some(loaded) = file_id(db) else {
+        tracing::error!("the store {} is gone: not following it", db.display());
+        return;
+    };
+    let mut served = StoreFile::at(db, loaded);
     while !stop.load(Ordering::Relaxed) {
         if let Some((ino, names)) = inotify.as_mut() {
             wait_for_db_event(ino, names, &mut buf);
@@ -134,62 +139,96 @@ fn run(
     }
 }
 
-/// Which file the store's path names (device and inode), to notice it
-/// being replaced: the connections would otherwise keep the old file open,
-/// and its WAL with it, and follow it forever.
+/// A file's device and inode number.
+type FileId = (u64, u64);
+
+fn file_id(path: &Path) -> Option<FileId> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Which file the store's path names, to notice it being replaced: the
+/// connections would otherwise keep the old file open, and its WAL with
+/// it, and follow it forever.
 struct StoreFile {
-    identity: Option<(u64, u64)>,
-    /// The `-wal` and `-shm` files beside it, which the connections to it
-    /// keep open (SQLite deletes them only when the last connection that
-    /// can write closes).
-    companions: Vec<(PathBuf, Option<(u64, u64)>)>,
+    /// The file the library's connections are to.
+    served: FileId,
+    /// Whether the path named another file (or none) at the last look.
+    away: bool,
+    /// The `-wal` and `-shm` files beside the served file, as last seen
+    /// while the path named it: the connections keep them open (SQLite
+    /// deletes them only when the last connection that can write closes).
+    companions: Vec<(PathBuf, Option<FileId>)>,
     /// A new file that could not be loaded as a store yet (a scan still
     /// creating it): said once, tried again at every wake.
-    refused: Option<(u64, u64)>,
+    refused: Option<FileId>,
 }
 
 enum StoreChange {
     None,
-    /// Nothing at the path (said once): what the old file held is served.
+    /// Nothing at the path (said once): what the served file holds is
+    /// still served.
     Removed,
     /// Another file at the path.
-    Replaced((u64, u64)),
+    Replaced(FileId),
 }
 
 impl StoreFile {
-    fn identity(db: &Path) -> Option<(u64, u64)> {
-        std::fs::metadata(db).ok().map(|m| (m.dev(), m.ino()))
-    }
-
-    fn at(db: &Path) -> StoreFile {
+    fn at(db: &Path, served: FileId) -> StoreFile {
         StoreFile {
-            identity: Self::identity(db),
+            served,
+            away: false,
             companions: Self::companions(db),
             refused: None,
         }
     }
 
-    fn companions(db: &Path) -> Vec<(PathBuf, Option<(u64, u64)>)> {
+    fn companions(db: &Path) -> Vec<(PathBuf, Option<FileId>)> {
         ["-wal", "-shm"]
             .into_iter()
             .map(|suffix| {
                 let mut path = db.as_os_str().to_os_string();
                 path.push(suffix);
                 let path = PathBuf::from(path);
-                let identity = Self::identity(&path);
-                (path, identity)
+                let id = file_id(&path);
+                (path, id)
             })
             .collect()
     }
 
-    /// Removes the old store's `-wal` and `-shm` files still at their
-    /// paths: SQLite pairs these files with a database by name, so the new
-    /// store would be read (and, by a writer, checkpointed) through the
-    /// old one's WAL. Nothing else can rightly be using them: they are the
-    /// very files this mount's connections to the old store hold.
+    fn check(&mut self, db: &Path) -> StoreChange {
+        match file_id(db) {
+            Some(now) if now == self.served => {
+                if std::mem::take(&mut self.away) {
+                    tracing::warn!("the store {} is back", db.display());
+                }
+                // A writer may have made them since the last look.
+                self.companions = Self::companions(db);
+                StoreChange::None
+            }
+            None => {
+                if !std::mem::replace(&mut self.away, true) {
+                    tracing::warn!(
+                        "the store {} was removed: serving what it held until a store appears at that path",
+                        db.display()
+                    );
+                }
+                StoreChange::Removed
+            }
+            Some(other) => {
+                self.away = true;
+                StoreChange::Replaced(other)
+            }
+        }
+    }
+
+    /// Removes the served file's `-wal` and `-shm` still at their paths
+    /// once another file took its place: SQLite pairs these files with a
+    /// database by name, so the new store would be read (and, by a writer,
+    /// checkpointed) through the old one's WAL. They are the very files
+    /// this mount's connections hold, no use to the new store.
     fn remove_stale_companions(&mut self) {
         for (path, old) in &mut self.companions {
-            if old.is_some() && Self::identity(path) == *old {
+            if old.is_some() && file_id(path) == *old {
                 match std::fs::remove_file(&*path) {
                     Ok(()) => tracing::warn!(
                         "removed {}: it belonged to the store that was replaced, and SQLite would have read the new one through it",
@@ -205,34 +244,9 @@ impl StoreFile {
         }
     }
 
-    fn check(&mut self, db: &Path) -> StoreChange {
-        match Self::identity(db) {
-            now if now == self.identity => {
-                // A writer may have made them since the last look.
-                self.companions = Self::companions(db);
-                StoreChange::None
-            }
-            None => {
-                tracing::warn!(
-                    "the store {} was removed: serving what it held until a store appears at that path",
-                    db.display()
-                );
-                self.identity = None;
-                StoreChange::Removed
-            }
-            Some(now) => StoreChange::Replaced(now),
-        }
-    }
-
-    /// Serves the store now at `db` (file `identity`); its connection for
-    /// the watcher comes back, or None when it cannot be loaded yet.
-    fn load(
-        &mut self,
-        lib: &Library,
-        db: &Path,
-        identity: (u64, u64),
-        on_refresh: &dyn Fn(&Refresh),
-    ) -> Option<Store> {
+    /// Serves the store now at `db` (file `id`); its connection for the
+    /// watcher comes back, or None when it cannot be loaded yet.
+    fn load(&mut self, lib: &Library, db: &Path, id: FileId, on_refresh: &dyn Fn(&Refresh)) -> Option<Store> {
         let started = Instant::now();
         self.remove_stale_companions();
         let loaded = Store::open_read_only(db)
@@ -247,18 +261,16 @@ impl StoreFile {
                     started.elapsed().as_secs_f64() * 1000.0
                 );
                 on_refresh(&r);
-                self.identity = Some(identity);
-                self.companions = Self::companions(db);
-                self.refused = None;
+                *self = StoreFile::at(db, id);
                 Some(store)
             }
             Err(e) => {
-                if self.refused != Some(identity) {
+                if self.refused != Some(id) {
                     tracing::warn!(
                         "the store {} was replaced by a file that is not (yet) a store: {e:#}; trying again",
                         db.display()
                     );
-                    self.refused = Some(identity);
+                    self.refused = Some(id);
                 }
                 None
             }
