@@ -243,6 +243,40 @@ def test_exit_codes_and_messages(tmp_path, store, library):
     assert p.returncode == 2
 
 
+def test_a_full_disk_under_the_store_is_named_as_such(store, tmp_path):
+    """SQLite reports a -shm file it cannot grow as "disk I/O error", even
+    to a reader: the CLI says the disk is full, and how much is free."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)], check=True)
+    try:
+        db = small / "store.db"
+        shutil.copy(store, db)
+        fd = os.open(small / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+        finally:
+            os.close(fd)
+        p = run("export", "--db", str(db), check=False)
+        assert p.returncode == 1
+        assert "has 0 KiB free" in p.stderr and "free some space" in p.stderr, p.stderr
+        os.remove(small / "filler")
+        assert len(json.loads(run("export", "--db", str(db)).stdout)) == 9
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
+
+
+def test_a_reader_that_stops_early_is_no_error(store, library):
+    # More output than a pipe holds: export must write after `head` is gone.
+    run("tag", "--db", str(store), "set", str(library / "tagged.flac"), "comment=" + "x" * 120_000)
+    p = subprocess.run(["bash", "-c", f"'{BIN}' export --db '{store}' | head -c 10 >/dev/null; "
+                        "echo ${PIPESTATUS[0]}"], capture_output=True, text=True)
+    assert (p.stdout.strip(), p.stderr) == ("0", ""), p
+
+
 def test_scan_summary_and_rescan(tmp_path, library):
     db = str(tmp_path / "s.db")
     first = json.loads(run("scan", str(library), "--db", db, "--json").stdout)

@@ -1,6 +1,6 @@
 //! Command-line arguments.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -47,6 +47,20 @@ are closed, then exits; a second signal stops it at once."
     /// transaction: tracks matched by `id` or `backing_path`; each key of
     /// `tags` replaces that key's values (a string, a list, or null to remove).
     Import(ImportArgs),
+}
+
+impl Command {
+    /// The store the command works on.
+    pub fn db(&self) -> &Path {
+        match self {
+            Command::Scan(a) => &a.db,
+            Command::Mount(a) => &a.db,
+            Command::Export(a) => &a.db,
+            Command::Tag(a) => &a.db,
+            Command::Art(a) => &a.db,
+            Command::Import(a) => &a.db,
+        }
+    }
 }
 
 #[derive(Args)]

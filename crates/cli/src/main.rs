@@ -108,6 +108,7 @@ fn main() -> ExitCode {
     keep_c_heap();
     let cli = Cli::parse();
     init_logging(cli.verbose);
+    let db = cli.command.db().to_path_buf();
     let result = match cli.command {
         Command::Scan(a) => scan::run(a),
         Command::Mount(a) => mount::run(a),
@@ -118,8 +119,13 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // A reader that stopped early (`retagfs export | head`) is no error.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("retagfs: error: {e:#}");
+            if let Some(hint) = retagfs_store::out_of_room_hint(e.as_ref(), &db) {
+                eprintln!("retagfs: {hint}");
+            }
             if e.downcast_ref::<UsageError>().is_some() {
                 ExitCode::from(EXIT_USAGE)
             } else {
@@ -127,4 +133,17 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        let kind = c
+            .downcast_ref::<std::io::Error>()
+            .map(|io| io.kind())
+            .or_else(|| {
+                c.downcast_ref::<serde_json::Error>()
+                    .and_then(|json| json.io_error_kind())
+            });
+        kind == Some(std::io::ErrorKind::BrokenPipe)
+    })
 }

@@ -239,7 +239,10 @@ impl ConnectionPool {
         let conn = match conn {
             Some(c) => c,
             None => Store::open_read_only(&self.db).map_err(|e| {
-                tracing::error!("cannot open store {}: {e}", self.db.display());
+                let hint = retagfs_store::out_of_room_hint(&e, &self.db)
+                    .map(|h| format!("; {h}"))
+                    .unwrap_or_default();
+                tracing::error!("cannot open store {}: {e}{hint}", self.db.display());
                 io::Error::from_raw_os_error(libc::EIO)
             })?,
         };

@@ -73,6 +73,51 @@ fn now_secs() -> i64 {
         .unwrap_or(0)
 }
 
+/// Free space under which a failing store is said to be out of room.
+const LOW_ROOM: u64 = 64 << 20;
+
+/// A line for the user when `error` comes from SQLite failing for want of
+/// room and the file system holding `db` is nearly full. SQLite reports a
+/// `-shm` file it cannot grow as a plain "disk I/O error", even to a reader,
+/// which reads like a failing disk.
+pub fn out_of_room_hint(error: &(dyn std::error::Error + 'static), db: &Path) -> Option<String> {
+    let from_sqlite_io = std::iter::successors(Some(error), |e| e.source()).any(|e| {
+        matches!(
+            e.downcast_ref::<rusqlite::Error>()
+                .and_then(|e| e.sqlite_error_code()),
+            Some(rusqlite::ErrorCode::DiskFull | rusqlite::ErrorCode::SystemIoFailure)
+        )
+    });
+    if !from_sqlite_io {
+        return None;
+    }
+    let dir = db
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let free = free_bytes(dir)?;
+    (free < LOW_ROOM).then(|| {
+        format!(
+            "the file system holding {} has {} KiB free: SQLite needs room beside the store \
+             (its -wal and -shm files) even to read it; free some space and try again",
+            db.display(),
+            free / 1024
+        )
+    })
+}
+
+/// Bytes an unprivileged writer may still use on the file system of `dir`.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a valid NUL-terminated path and a zeroed statvfs to fill.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
 /// Lower-case hex sha256 of `data`: the address of an art row.
 pub fn sha256_hex(data: &[u8]) -> String {
     hex::encode(Sha256::digest(data))
