@@ -243,9 +243,11 @@ def test_exit_codes_and_messages(tmp_path, store, library):
     assert p.returncode == 2
 
 
-def test_a_full_disk_under_the_store_is_named_as_such(store, tmp_path):
-    """SQLite reports a -shm file it cannot grow as "disk I/O error", even
-    to a reader: the CLI says the disk is full, and how much is free."""
+def test_a_full_or_read_only_file_system_under_the_store_is_named_as_such(store, tmp_path):
+    """SQLite reports a -shm file it cannot grow as "disk I/O error", and
+    one it cannot create as "unable to open database file", even to a
+    reader: the CLI says the disk is full (and how much is free), or that
+    the folder cannot be written."""
     small = tmp_path / "small"
     small.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)], check=True)
@@ -265,6 +267,11 @@ def test_a_full_disk_under_the_store_is_named_as_such(store, tmp_path):
         assert "has 0 KiB free" in p.stderr and "free some space" in p.stderr, p.stderr
         os.remove(small / "filler")
         assert len(json.loads(run("export", "--db", str(db)).stdout)) == 9
+        subprocess.run(["mount", "-o", "remount,ro", str(small)], check=True)
+        for command in (["export"], ["mount", str(tmp_path / "mnt")]):
+            p = run(*command, "--db", str(db), check=False)
+            assert p.returncode == 1
+            assert "cannot be written (a read-only file system)" in p.stderr, p.stderr
     finally:
         subprocess.run(["umount", str(small)], check=False)
 

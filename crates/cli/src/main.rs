@@ -123,7 +123,7 @@ fn main() -> ExitCode {
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("retagfs: error: {e:#}");
-            if let Some(hint) = retagfs_store::out_of_room_hint(e.as_ref(), &db) {
+            if let Some(hint) = retagfs_store::storage_hint(e.as_ref(), &db) {
                 eprintln!("retagfs: {hint}");
             }
             if e.downcast_ref::<UsageError>().is_some() {

@@ -239,7 +239,7 @@ impl ConnectionPool {
         let conn = match conn {
             Some(c) => c,
             None => Store::open_read_only(&self.db).map_err(|e| {
-                let hint = retagfs_store::out_of_room_hint(&e, &self.db)
+                let hint = retagfs_store::storage_hint(&e, &self.db)
                     .map(|h| format!("; {h}"))
                     .unwrap_or_default();
                 tracing::error!("cannot open store {}: {e}{hint}", self.db.display());
