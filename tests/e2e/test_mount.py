@@ -386,6 +386,45 @@ def test_an_ordinary_user_mounts_through_fusermount3(tmp_path, library):
             subprocess.run(["umount", "-l", mnt], check=False)
 
 
+def test_prune_keeps_tracks_under_a_folder_it_cannot_read(tmp_path):
+    """A folder that fails to list (a permission, a network share's hiccup)
+    is not a folder whose files are gone: --prune keeps its tracks and their
+    edits, and removes them once the folder reads again without them."""
+    home = tmp_path / "nobody"
+    (home / "lib" / "locked").mkdir(parents=True)
+    shutil.copy(os.path.join(FIXTURES, "tagged.flac"), home / "lib" / "open.flac")
+    shutil.copy(os.path.join(FIXTURES, "tagged.ogg"), home / "lib" / "locked" / "kept.ogg")
+    subprocess.run(["chown", "-R", "65534:65534", str(home)], check=True)
+    for d in (tmp_path, tmp_path.parent, tmp_path.parent.parent):
+        os.chmod(d, os.stat(d).st_mode | 0o005)
+    as_nobody = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", BIN]
+    db, locked = str(home / "store.db"), home / "lib" / "locked"
+    kept = str(locked / "kept.ogg")
+
+    def scan(*extra):
+        p = subprocess.run(as_nobody + ["scan", str(home / "lib"), "--db", db, "--json", *extra],
+                           capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout), p.stderr
+
+    scan()
+    subprocess.run(as_nobody + ["tag", "--db", db, "set", kept, "title=Edited"], check=True)
+    os.chown(locked, 0, 0)
+    os.chmod(locked, 0)
+    try:
+        summary, err = scan("--prune")
+        assert (summary["removed"], summary["unreadable"]) == (0, 1), summary
+        assert "kept as they are" in err and "Permission denied" in err, err
+    finally:
+        os.chmod(locked, 0o755)
+        os.chown(locked, 65534, 65534)
+    tracks = {t["backing_path"]: t for t in json.loads(run("export", "--db", db).stdout)}
+    assert tracks[kept]["tags"]["title"] == ["Edited"]
+    os.remove(kept)
+    summary, _ = scan("--prune")
+    assert (summary["removed"], summary["unreadable"]) == (1, 0), summary
+
+
 def write_wav(path, seconds, seed):
     """A 16-bit stereo WAV of noise, no tags."""
     import random

@@ -58,7 +58,8 @@ fn report(s: &ScanSummary, json: bool) {
             .collect();
         let out = serde_json::json!({
             "added": s.added, "updated": s.updated, "moved": s.moved, "unchanged": s.unchanged,
-            "removed": s.removed, "missing": s.missing, "failed": s.failed, "skipped": s.skipped,
+            "removed": s.removed, "missing": s.missing, "unreadable": s.unreadable,
+            "failed": s.failed, "skipped": s.skipped,
             "elapsed_s": s.elapsed.as_secs_f64(), "failures": failures,
         });
         println!("{out}");
@@ -68,6 +69,12 @@ fn report(s: &ScanSummary, json: bool) {
     }
     if s.failures.len() > LISTED_FAILURES {
         eprintln!("... and {} more failures", s.failures.len() - LISTED_FAILURES);
+    }
+    if s.unreadable > 0 {
+        eprintln!(
+            "{} tracks kept as they are: their file, or a folder above it, could not be read (see above)",
+            s.unreadable
+        );
     }
     if s.missing > 0 {
         eprintln!(

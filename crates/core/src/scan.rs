@@ -93,6 +93,9 @@ pub struct ScanSummary {
     pub removed: u64,
     /// Rows whose backing file is gone, kept because `--prune` was not given.
     pub missing: u64,
+    /// Rows kept as they are because their file, or a folder above it,
+    /// could not be read.
+    pub unreadable: u64,
     pub failed: u64,
     /// Files that are not audio (by content and name).
     pub skipped: u64,
@@ -291,6 +294,12 @@ fn worker<'a>(jobs: Receiver<Job<'a>>, results: Sender<Outcome<'a>>) {
     }
 }
 
+/// Whether `path` is `prefix` or lies below it.
+fn at_or_under(path: &str, prefix: &str) -> bool {
+    path.strip_prefix(prefix.trim_end_matches('/'))
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
 /// Whether `path` is under one of the (canonical, UTF-8) roots: compared
 /// as strings, which is many times cheaper than by path components.
 fn under_roots(path: &str, roots: &[PathBuf]) -> bool {
@@ -385,6 +394,14 @@ pub fn scan(
     } = compare(&walked, &known, &mut known_failures, &mut summary);
     let mut missing: Vec<i64> = (0..known.len())
         .filter(|&row| !seen[row] && under_roots(known.path(row), &roots))
+        .filter(|&row| {
+            // Not taken for gone: a folder that failed to list (a network
+            // share's hiccup, a permission) would otherwise lose its tracks
+            // and their edits to --prune.
+            let kept = walked.unreadable.iter().any(|u| at_or_under(known.path(row), u));
+            summary.unreadable += u64::from(kept);
+            !kept
+        })
         .map(|row| known.id(row))
         .collect();
     missing.sort_unstable();
@@ -596,7 +613,7 @@ fn trusted_devices(root: &Path) -> Vec<u64> {
 fn nothing_changed(walked: &Walked) -> bool {
     walked.files.is_empty()
         && walked.failures.is_empty()
-        && walked.unreadable == 0
+        && walked.unreadable.is_empty()
         && walked.dirs.iter().all(|d| d.from_record)
 }
 

@@ -33,8 +33,10 @@ pub struct Walked {
     pub failures: Vec<(String, String)>,
     /// Folders walked, when walking with a [`DirCache`].
     pub dirs: Vec<WalkedDir>,
-    /// Folders that could not be opened or listed (each one logged).
-    pub unreadable: u64,
+    /// Folders and files that are there but could not be read (each one
+    /// logged; a folder whose listing broke off counts whole): what the
+    /// store holds at or below them is kept as it is, not taken for gone.
+    pub unreadable: Vec<String>,
     /// What the folders found as recorded hold, by kind.
     pub reused: Reused,
 }
@@ -191,7 +193,7 @@ pub fn walk(
     for part in parts {
         out.skipped += part.skipped;
         out.failures.extend(part.failures);
-        out.unreadable += part.unreadable;
+        out.unreadable.extend(part.unreadable);
         out.reused.add(part.reused);
         let base = out.files.len();
         out.dirs.extend(part.dirs.into_iter().map(|mut d| {
@@ -279,8 +281,7 @@ fn read_dir(shared: &Shared<'_>, dir: &Dir, out: &mut Walked) -> Vec<Dir> {
     let stamp = match dir_stamp(&dir.path) {
         Ok(stamp) => stamp,
         Err(e) => {
-            tracing::warn!("skipping {}: {e}", dir.path.display());
-            out.unreadable += 1;
+            unreadable(out, &dir.path, &e);
             return Vec::new();
         }
     };
@@ -437,8 +438,11 @@ fn list_dir(
     let mut entries = match opened {
         Ok(d) => d,
         Err(e) => {
-            tracing::warn!("skipping {}: {e}", dir.path.display());
-            out.unreadable += 1;
+            unreadable(out, &dir.path, &e);
+            // Not recorded as an empty folder: the next scan lists it again.
+            if let Some(record) = record {
+                record.recordable = false;
+            }
             return subdirs;
         }
     };
@@ -448,8 +452,10 @@ fn list_dir(
         let entry = match entry {
             Ok(e) => e,
             Err(e) => {
+                // The listing is incomplete: nothing below is known gone.
                 let e = io::Error::from(e);
                 tracing::warn!("skipping an entry of {}: {e}", dir.path.display());
+                out.unreadable.extend(dir.path.to_str().map(str::to_string));
                 clean = false;
                 continue;
             }
@@ -471,10 +477,7 @@ fn list_dir(
             match &m {
                 Ok(m) => kind = fs::FileType::from_raw_mode(m.stx_mode.into()),
                 Err(e) => {
-                    tracing::warn!(
-                        "skipping {}: {e}",
-                        dir.path.join(OsStr::from_bytes(name.to_bytes())).display()
-                    );
+                    unreadable(out, &dir.path.join(OsStr::from_bytes(name.to_bytes())), e);
                     clean = false;
                     continue;
                 }
@@ -488,7 +491,7 @@ fn list_dir(
                 (Some(_), Err(_)) => clean = false,
                 (None, _) => {}
             }
-            if let Some(sub) = subdir(shared, dir, path, || {
+            if let Some(sub) = subdir(shared, dir, path, out, || {
                 meta.unwrap_or_else(|| stat_at(fd, name, false))
             }) {
                 subdirs.push(sub);
@@ -526,6 +529,7 @@ fn subdir(
     shared: &Shared<'_>,
     parent: &Dir,
     path: PathBuf,
+    out: &mut Walked,
     meta: impl FnOnce() -> io::Result<fs::Statx>,
 ) -> Option<Dir> {
     if !shared.follow {
@@ -537,7 +541,7 @@ fn subdir(
     let id = match meta() {
         Ok(m) => (device(&m), m.stx_ino),
         Err(e) => {
-            tracing::warn!("skipping {}: {e}", path.display());
+            unreadable(out, &path, &e);
             return None;
         }
     };
@@ -592,8 +596,26 @@ fn file(
             out.files.push((path, stamps_of(&m)));
             shared.found.fetch_add(1, Ordering::Relaxed);
         }
-        Err(e) => out.failures.push((path, format!("cannot stat: {e}"))),
+        Err(e) => {
+            if !is_gone(&e) {
+                out.unreadable.push(path.clone());
+            }
+            out.failures.push((path, format!("cannot stat: {e}")));
+        }
     }
+}
+
+/// Logs a folder or file that cannot be read and, unless it is simply gone
+/// (removed while the walk went by), keeps what the store holds there.
+fn unreadable(out: &mut Walked, path: &Path, e: &io::Error) {
+    tracing::warn!("skipping {}: {e}", path.display());
+    if !is_gone(e) {
+        out.unreadable.extend(path.to_str().map(str::to_string));
+    }
+}
+
+fn is_gone(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR)
 }
 
 fn stamps_of(m: &fs::Statx) -> Stamps {
