@@ -15,13 +15,14 @@ use crate::path_table::{KnownStamps, PathTable};
 use crate::scanned_dirs::{DirStamp, ScannedDir, ScannedDirs};
 
 /// Schema version this binary writes, kept in `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Migrations, index i upgrades a store from version i to i + 1.
 const MIGRATIONS: &[&str] = &[
     include_str!("schema.sql"),
     include_str!("schema_v2.sql"),
     include_str!("schema_v3.sql"),
+    include_str!("schema_v4.sql"),
 ];
 
 /// `passthrough` of tracks that schema version 2 found without the
@@ -763,9 +764,24 @@ pub fn insert_art(tx: &Transaction<'_>, art: &NewArt) -> Result<String> {
 /// Writes what a probe found. With `existing` the row keeps its id (and so
 /// its inode); its tags, art and FLAC blocks are replaced by the file's.
 pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i64>) -> Result<i64> {
+    let read = scanned_tags_sha256(t);
     let id = match existing {
         Some(id) => {
+            let last_read: Option<Vec<u8>> =
+                tx.query_row("SELECT scanned_tags FROM tracks WHERE id = ?1", [id], |r| {
+                    r.get(0)
+                })?;
             update_scanned(tx, id, t)?;
+            // The file's own tags as last read: its stamps changed for
+            // another reason (chmod, touch, a copy), and the store's tags,
+            // edits included, stay. Rows from before version 4 (NULL) stay
+            // too: losing edits cannot be undone, missing another tagger's
+            // change is mended by its next save.
+            if last_read.is_none_or(|h| h == read) {
+                tx.prepare_cached("DELETE FROM scan_failures WHERE path = ?1")?
+                    .execute([&t.backing_path])?;
+                return Ok(id);
+            }
             for table in ["tags", "track_art"] {
                 tx.execute(&format!("DELETE FROM {table} WHERE track_id = ?1"), [id])?;
             }
@@ -774,8 +790,8 @@ pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i6
         None => {
             tx.prepare_cached(
                 "INSERT INTO tracks (backing_path, format, audio_offset, audio_length, \
-                 file_size, mtime_ns, ctime_ns, fingerprint, scanned_at, passthrough) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                 file_size, mtime_ns, ctime_ns, fingerprint, scanned_at, passthrough, scanned_tags) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             )?
             .execute(params![
                 t.backing_path,
@@ -788,6 +804,7 @@ pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i6
                 t.fingerprint.as_ref().map(|f| &f[..]),
                 now_secs(),
                 t.passthrough,
+                &read[..],
             ])?;
             let id = tx.last_insert_rowid();
             insert_structure(tx, id, t)?;
@@ -814,13 +831,33 @@ pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i6
     Ok(id)
 }
 
+/// `tracks.scanned_tags`: sha256 over the tags and pictures read from the
+/// file, in file order: per tag `t`, key, NUL, value, NUL; per picture `p`,
+/// its type as one byte, description, NUL, the image's sha256 (32 bytes).
+pub fn scanned_tags_sha256(t: &ScannedTrack) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for (key, value) in &t.tags {
+        for part in [b"t", key.as_bytes(), b"\0", value.as_bytes(), b"\0"] {
+            h.update(part);
+        }
+    }
+    for p in &t.pictures {
+        h.update(b"p");
+        h.update([p.picture_type]);
+        h.update(p.description.as_bytes());
+        h.update(b"\0");
+        h.update(Sha256::digest(&p.art.data));
+    }
+    h.finalize().into()
+}
+
 /// Writes what the scanner learned about an existing track's file (not
 /// its tags or art): its columns, FLAC blocks and backing parts.
 fn update_scanned(tx: &Transaction<'_>, id: i64, t: &ScannedTrack) -> Result<()> {
     tx.prepare_cached(
         "UPDATE tracks SET format = ?2, audio_offset = ?3, audio_length = ?4, \
          file_size = ?5, mtime_ns = ?6, ctime_ns = ?7, fingerprint = ?8, scanned_at = ?9, \
-         passthrough = ?10 WHERE id = ?1",
+         passthrough = ?10, scanned_tags = ?11 WHERE id = ?1",
     )?
     .execute(params![
         id,
@@ -833,6 +870,7 @@ fn update_scanned(tx: &Transaction<'_>, id: i64, t: &ScannedTrack) -> Result<()>
         t.fingerprint.as_ref().map(|f| &f[..]),
         now_secs(),
         t.passthrough,
+        &scanned_tags_sha256(t)[..],
     ])?;
     for table in ["flac_blocks", "backing_parts"] {
         tx.execute(&format!("DELETE FROM {table} WHERE track_id = ?1"), [id])?;

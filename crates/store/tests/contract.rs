@@ -325,3 +325,56 @@ fn every_track_comes_with_its_own_rows_in_id_order() {
     assert!(bundles[1].tags.is_empty() && bundles[1].flac_block_lens.is_empty());
     assert_eq!(bundles[1].parts, bare.parts);
 }
+
+/// A re-scan of a file whose stamps changed keeps the store's tags (edits
+/// included) while the file's own tags read the same as last time (a
+/// chmod, a touch), and takes the file's once they changed. Rows scanned
+/// before version 4 keep theirs.
+#[test]
+fn a_rescan_keeps_store_edits_unless_the_files_own_tags_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut db = Store::open(&dir.path().join("s.db")).unwrap();
+    let title = |db: &Store, id: i64| -> Vec<String> {
+        db.tags(id)
+            .unwrap()
+            .into_iter()
+            .filter(|(k, _)| k == "title")
+            .map(|(_, v)| v)
+            .collect()
+    };
+    let edit = |db: &mut Store, id: i64, value: &str| {
+        let tx = db.write().unwrap();
+        store::set_tag(&tx, id, "title", &[value.into()]).unwrap();
+        tx.commit().unwrap();
+    };
+    let rescan = |db: &mut Store, t: &ScannedTrack, id: i64| {
+        let tx = db.write().unwrap();
+        store::write_scanned(&tx, t, Some(id)).unwrap();
+        tx.commit().unwrap();
+    };
+    let mut file = track("/m/a.flac");
+    let tx = db.write().unwrap();
+    let id = store::write_scanned(&tx, &file, None).unwrap();
+    tx.commit().unwrap();
+    edit(&mut db, id, "Edited");
+
+    file.stamps.ctime_ns = 2;
+    rescan(&mut db, &file, id);
+    assert_eq!(title(&db, id), ["Edited"]);
+    let known = db.known_stamps().unwrap();
+    assert_eq!(known.stamps(known.find("/m/a.flac").unwrap()).ctime_ns, 2);
+
+    file.stamps.mtime_ns = 3;
+    file.tags = vec![("title".into(), "From The File".into())];
+    rescan(&mut db, &file, id);
+    assert_eq!(title(&db, id), ["From The File"]);
+
+    edit(&mut db, id, "Edited Again");
+    db.conn()
+        .execute("UPDATE tracks SET scanned_tags = NULL", [])
+        .unwrap();
+    file.stamps.mtime_ns = 4;
+    file.tags = vec![("title".into(), "Changed Before Version 4".into())];
+    rescan(&mut db, &file, id);
+    assert_eq!(title(&db, id), ["Edited Again"]);
+}
