@@ -294,6 +294,47 @@ fn worker<'a>(jobs: Receiver<Job<'a>>, results: Sender<Outcome<'a>>) {
     }
 }
 
+/// Tracks whose file is gone, by fingerprint. Several with one
+/// fingerprint (the same recording twice) go each to the new file whose
+/// path ends most like its old one.
+#[derive(Default)]
+struct MoveCandidates(HashMap<[u8; 32], Vec<(i64, String)>>);
+
+impl MoveCandidates {
+    fn add(&mut self, db: &Store, known: &KnownStamps, rows: &[usize]) -> anyhow::Result<()> {
+        let paths: HashMap<i64, &str> = rows.iter().map(|&row| (known.id(row), known.path(row))).collect();
+        let ids: Vec<i64> = paths.keys().copied().collect();
+        for (id, fingerprint) in db.fingerprints(&ids)? {
+            let path = paths[&id].to_string();
+            self.0.entry(fingerprint).or_default().push((id, path));
+        }
+        Ok(())
+    }
+
+    /// The track that a new file at `path` with this fingerprint is.
+    fn take(&mut self, fingerprint: &[u8; 32], path: &str) -> Option<i64> {
+        let candidates = self.0.get_mut(fingerprint)?;
+        let best = (0..candidates.len()).max_by_key(|&i| same_ending(&candidates[i].1, path))?;
+        let (id, _) = candidates.swap_remove(best);
+        if candidates.is_empty() {
+            self.0.remove(fingerprint);
+        }
+        Some(id)
+    }
+}
+
+/// How many trailing path components `a` and `b` share.
+fn same_ending(a: &str, b: &str) -> usize {
+    a.rsplit('/')
+        .zip(b.rsplit('/'))
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+fn file_is_gone(path: &str) -> bool {
+    std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+}
+
 /// Whether `path` is `prefix` or lies below it.
 fn at_or_under(path: &str, prefix: &str) -> bool {
     path.strip_prefix(prefix.trim_end_matches('/'))
@@ -392,7 +433,7 @@ pub fn scan(
         mut kinds,
         seen,
     } = compare(&walked, &known, &mut known_failures, &mut summary);
-    let mut missing: Vec<i64> = (0..known.len())
+    let missing_rows: Vec<usize> = (0..known.len())
         .filter(|&row| !seen[row] && under_roots(known.path(row), &roots))
         .filter(|&row| {
             // Not taken for gone: a folder that failed to list (a network
@@ -402,10 +443,22 @@ pub fn scan(
             summary.unreadable += u64::from(kept);
             !kept
         })
-        .map(|row| known.id(row))
         .collect();
+    let mut missing: Vec<i64> = missing_rows.iter().map(|&row| known.id(row)).collect();
     missing.sort_unstable();
-    let mut moved_from = db.fingerprints(&missing)?;
+    let mut moved_from = MoveCandidates::default();
+    moved_from.add(db, &known, &missing_rows)?;
+    if todo.iter().any(|job| job.existing.is_none()) {
+        // A library moved or mounted elsewhere and scanned at its new path:
+        // its files are new here, and their tracks, outside the roots
+        // scanned, have lost their files. Matched by fingerprint, they move
+        // (keeping ids and edits) instead of being added a second time.
+        let gone_elsewhere: Vec<usize> = (0..known.len())
+            .filter(|&row| !under_roots(known.path(row), &roots))
+            .filter(|&row| file_is_gone(known.path(row)))
+            .collect();
+        moved_from.add(db, &known, &gone_elsewhere)?;
+    }
     let gone_failures: Vec<String> = known_failures
         .into_keys()
         .filter(|p| under_roots(p, &roots))
@@ -750,9 +803,9 @@ fn outdated(previous: Option<&ScannedDir<'_>>, found: &ScannedDir<'_>) -> bool {
 /// The single writer: applies results in batched transactions.
 /// What the writer updates besides the store.
 struct Results<'a> {
-    /// Fingerprints of tracks whose files are gone: a new file with one
-    /// of them is that track, moved.
-    moved_from: &'a mut HashMap<[u8; 32], i64>,
+    /// Tracks whose files are gone: a new file with one's fingerprint is
+    /// that track, moved.
+    moved_from: &'a mut MoveCandidates,
     moved: &'a mut HashSet<i64>,
     /// What each file of the walk turned out to be.
     kinds: &'a mut [Option<EntryKind>],
@@ -797,7 +850,7 @@ fn write_results(
                     let was_moved = job
                         .existing
                         .is_none()
-                        .then(|| track.fingerprint.and_then(|fp| moved_from.remove(&fp)))
+                        .then(|| track.fingerprint.and_then(|fp| moved_from.take(&fp, job.path)))
                         .flatten();
                     if let Some(id) = was_moved {
                         store::move_track(&tx, id, &track)?;

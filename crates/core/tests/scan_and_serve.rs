@@ -123,6 +123,41 @@ fn empty_files_and_unserved_audio_are_reported_other_files_skipped() {
     assert_eq!((s.added, s.skipped), (0, 2), "{s:?}");
 }
 
+/// A whole library moved (a disk mounted elsewhere) and scanned at its new
+/// path: its tracks move with their edits instead of being added again
+/// beside rows whose files are gone.
+#[test]
+fn a_library_scanned_at_a_new_path_moves_its_tracks() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("old");
+    std::fs::create_dir(&old).unwrap();
+    for e in std::fs::read_dir(library().path()).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, old.join(p.file_name().unwrap())).unwrap();
+    }
+    let mut db = Store::open(&dir.path().join("store.db")).unwrap();
+    let first = scan(&mut db, &opts(&old, false), &|_| {}).unwrap();
+    let flac = db
+        .resolve_track(old.join("tagged.flac").to_str().unwrap())
+        .unwrap();
+    let tx = db.write().unwrap();
+    store::set_tag(&tx, flac.id, "title", &["Edited".into()]).unwrap();
+    tx.commit().unwrap();
+    let new = dir.path().join("new");
+    std::fs::rename(&old, &new).unwrap();
+    let s = scan(&mut db, &opts(&new, false), &|_| {}).unwrap();
+    assert_eq!((s.moved, s.added), (first.added, 0), "{s:?}");
+    assert_eq!(db.tracks().unwrap().len() as u64, first.added);
+    let moved = db
+        .resolve_track(new.join("tagged.flac").to_str().unwrap())
+        .unwrap();
+    assert_eq!(moved.id, flac.id);
+    assert!(db
+        .tags(moved.id)
+        .unwrap()
+        .contains(&("title".into(), "Edited".into())));
+}
+
 #[test]
 fn moved_file_keeps_its_row_and_edited_tags() {
     let dir = library();

@@ -476,15 +476,15 @@ impl Store {
     }
 
     /// Content fingerprints of the given tracks (those that have one).
-    pub fn fingerprints(&self, ids: &[i64]) -> Result<HashMap<[u8; 32], i64>> {
+    pub fn fingerprints(&self, ids: &[i64]) -> Result<Vec<(i64, [u8; 32])>> {
         let mut stmt = self
             .conn
             .prepare_cached("SELECT fingerprint FROM tracks WHERE id = ?1 AND fingerprint IS NOT NULL")?;
-        let mut out = HashMap::new();
+        let mut out = Vec::new();
         for &id in ids {
             let fp: Option<Vec<u8>> = stmt.query_row([id], |r| r.get(0)).optional()?;
             if let Some(fp) = fp.and_then(|f| <[u8; 32]>::try_from(f).ok()) {
-                out.insert(fp, id);
+                out.push((id, fp));
             }
         }
         Ok(out)
