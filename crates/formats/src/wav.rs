@@ -150,23 +150,11 @@ pub fn synthesize(
     Ok(layout)
 }
 
-/// `LIST/INFO` with the fields INFO has ids for; several values of a key
-/// are joined with "; " (INFO has one value per id).
+/// `LIST/INFO` with the fields INFO has ids for. INFO holds one value per
+/// id: a key's first value, as the `id3 ` chunk beside it (which carries
+/// every value) gives it first, so that readers of both see them agree.
 fn push_info_chunk(layout: &mut Layout, tags: &[(String, String)]) {
-    let mut fields: Vec<(&str, String)> = Vec::new();
-    for (key, value) in tags {
-        let Some(id) = keys::mapping(key).and_then(|m| m.info) else {
-            continue;
-        };
-        let value = value.replace('\0', "");
-        match fields.iter_mut().find(|(i, _)| *i == id) {
-            Some((_, v)) => {
-                v.push_str("; ");
-                v.push_str(&value);
-            }
-            None => fields.push((id, value)),
-        }
-    }
+    let fields = info_fields(tags);
     if fields.is_empty() {
         return;
     }
@@ -186,6 +174,20 @@ fn push_info_chunk(layout: &mut Layout, tags: &[(String, String)]) {
     layout.push_bytes(&list);
 }
 
+/// (INFO id, value) for each key INFO has an id for: its first value.
+fn info_fields(tags: &[(String, String)]) -> Vec<(&'static str, String)> {
+    let mut fields: Vec<(&'static str, String)> = Vec::new();
+    for (key, value) in tags {
+        let Some(id) = keys::mapping(key).and_then(|m| m.info) else {
+            continue;
+        };
+        if fields.iter().all(|(i, _)| *i != id) {
+            fields.push((id, value.replace('\0', "")));
+        }
+    }
+    fields
+}
+
 fn push_id3_chunk(layout: &mut Layout, tags: &[(String, String)], art: &[ArtLink], version: Id3Version) {
     let mut tag = Layout::default();
     let len = id3_tag::push_tag(&mut tag, tags, art, version);
@@ -197,5 +199,22 @@ fn push_id3_chunk(layout: &mut Layout, tags: &[(String, String)], art: &[ArtLink
     layout.append(tag);
     if len & 1 == 1 {
         layout.push_bytes(&[0]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn info_holds_the_first_value_of_each_key() {
+        let tags: Vec<(String, String)> = [("genre", "R&B"), ("title", "T\0x"), ("genre", "Soundtrack")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let fields = info_fields(&tags);
+        assert!(fields.contains(&("IGNR", "R&B".to_string())), "{fields:?}");
+        assert!(fields.contains(&("INAM", "Tx".to_string())), "{fields:?}");
+        assert_eq!(fields.len(), 2);
     }
 }
