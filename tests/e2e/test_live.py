@@ -142,6 +142,29 @@ def test_import_round_trip_is_a_noop_and_edits_apply_atomically(store, tmp_path,
     wait_for(lambda: not os.path.exists(os.path.join(m.mnt, "Fixture Band", "Fixture Album")))
 
 
+def test_import_refuses_an_id_and_a_path_naming_two_tracks(store, tmp_path):
+    """An export of another store (other ids for the same files) must not
+    put one file's tags on another: an entry whose `id` and `backing_path`
+    name two different tracks is refused; without ids, paths match."""
+    tracks = json.loads(run("export", "--db", str(store)).stdout)
+    a, b = tracks[0], tracks[1]
+    a["id"], b["id"] = b["id"], a["id"]
+    for t in (a, b):
+        t["tags"]["title"] = ["Title of " + os.path.basename(t["backing_path"])]
+    (tmp_path / "other.json").write_text(json.dumps([a, b], indent=1))
+    before = change_count(store)
+    p = run("import", "--db", str(store), str(tmp_path / "other.json"), check=False)
+    assert p.returncode == 2 and "another store" in p.stderr, p.stderr
+    assert change_count(store) == before
+    for t in (a, b):
+        del t["id"]
+    (tmp_path / "by_path.json").write_text(json.dumps([a, b], indent=1))
+    run("import", "--db", str(store), str(tmp_path / "by_path.json"))
+    after = export(store)
+    for t in (a, b):
+        assert after[t["backing_path"]]["tags"]["title"] == t["tags"]["title"]
+
+
 def test_same_path_new_size_is_seen_at_once_despite_long_cache_timeouts(store, library, mount):
     m = mount(store)
     mp3 = next(t for t in export(store).values() if t["format"] == "mp3")

@@ -67,14 +67,34 @@ pub fn plan(db: &Store, text: &str) -> Result<Vec<Change>, ImportError> {
         let line = line_of(text, raw.get());
         let bad = |why: String| ImportError::Invalid { line, why };
         let entry: Entry = serde_json::from_str(raw.get()).map_err(|e| bad(e.to_string()))?;
-        let track = match (entry.id, &entry.backing_path) {
-            (Some(id), _) => db
-                .track(id)?
-                .ok_or_else(|| bad(format!("no track with id {id}")))?,
-            (None, Some(p)) => db
-                .resolve_track(p)
-                .map_err(|_| bad(format!("no track with backing_path {p:?}")))?,
-            (None, None) => return Err(bad("an entry needs an `id` or a `backing_path`".into())),
+        let by_id = match entry.id {
+            Some(id) => db.track(id)?,
+            None => None,
+        };
+        let by_path = entry
+            .backing_path
+            .as_deref()
+            .and_then(|p| db.resolve_track(p).ok());
+        // Either one alone will do (a file moved since the export, an id
+        // of another store); two different tracks would put one file's
+        // tags on another.
+        let track = match (by_id, by_path) {
+            (Some(a), Some(b)) if a.id != b.id => {
+                return Err(bad(format!(
+                    "id {} is {} in this store, but backing_path names track {}: an export of \
+                     another store? Remove the `id` fields to match tracks by path",
+                    a.id, a.backing_path, b.id
+                )))
+            }
+            (Some(t), _) | (None, Some(t)) => t,
+            (None, None) => {
+                return Err(bad(match (entry.id, &entry.backing_path) {
+                    (Some(id), None) => format!("no track with id {id}"),
+                    (None, Some(p)) => format!("no track with backing_path {p:?}"),
+                    (Some(id), Some(p)) => format!("no track with id {id} or backing_path {p:?}"),
+                    (None, None) => "an entry needs an `id` or a `backing_path`".into(),
+                }))
+            }
         };
         let current = db.tags(track.id)?;
         for (raw_key, values_json) in entry.tags {
