@@ -284,18 +284,20 @@ fn render_nodes(
                         }
                     }
                 };
-                out.push_str(&pad_number(&value.replace('/', "_"), *pad));
+                out.push_str(&pad_number(&value, *pad).replace('/', "_"));
             }
         }
     }
     complete
 }
 
-/// Zero-pads a value that is a plain number; anything else (`A3`) is kept.
+/// Zero-pads a value that is a plain number, or the number of a "3/12"
+/// (track 3 of 12, as ID3 writes it); anything else (`A3`) is kept.
 fn pad_number(v: &str, width: usize) -> String {
     let t = v.trim();
-    if width > 0 && !t.is_empty() && t.chars().all(|c| c.is_ascii_digit()) {
-        format!("{t:0>width$}")
+    let number = t.split_once('/').map_or(t, |(n, _)| n.trim());
+    if width > 0 && !number.is_empty() && number.chars().all(|c| c.is_ascii_digit()) {
+        format!("{number:0>width$}")
     } else {
         v.to_string()
     }
@@ -328,6 +330,9 @@ mod tests {
         assert_eq!(render("${albumartist|artist}", &[("artist", "A")]), "A");
         assert_eq!(render("${tracknumber:02}", &[("tracknumber", "3")]), "03");
         assert_eq!(render("${tracknumber:03}", &[("tracknumber", "A3")]), "A3");
+        assert_eq!(render("${tracknumber:02}", &[("tracknumber", "3/12")]), "03");
+        assert_eq!(render("${tracknumber}", &[("tracknumber", "3/12")]), "3_12");
+        assert_eq!(render("${tracknumber:02}", &[("tracknumber", "A/B")]), "A_B");
         assert_eq!(render("[CD $discnumber/]x", &[]), "x");
         assert_eq!(render("[CD $discnumber/]x", &[("discnumber", "2")]), "CD 2/x");
         assert_eq!(render("$$5 $[x$]", &[]), "$5 [x]");
