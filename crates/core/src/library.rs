@@ -77,9 +77,14 @@ impl Fields for TrackFields<'_> {
             "format" => Some(self.track.format.as_str().to_string()),
             "disc" => {
                 let disc = self.tag("discnumber")?;
-                let total = self.tag("totaldiscs").and_then(|t| leading_number(&t));
-                let several = total.is_some_and(|t| t > 1) || leading_number(&disc).is_some_and(|d| d > 1);
-                several.then_some(disc)
+                // "1/2" (disc 1 of 2, as ID3 writes it) says both.
+                let (number, of) = disc.split_once('/').unwrap_or((&disc, ""));
+                let total = self
+                    .tag("totaldiscs")
+                    .and_then(|t| leading_number(&t))
+                    .or_else(|| leading_number(of));
+                let several = total.is_some_and(|t| t > 1) || leading_number(number).is_some_and(|d| d > 1);
+                several.then(|| number.trim().to_string())
             }
             _ => self.tag(field),
         }
@@ -948,6 +953,38 @@ mod tests {
             parts: vec![],
             passthrough: None,
         }
+    }
+
+    #[test]
+    fn the_disc_field_is_the_disc_number_when_the_album_has_several() {
+        let track = TrackRow {
+            id: 1,
+            backing_path: "/m/a.flac".into(),
+            format: Format::Flac,
+            audio_offset: 0,
+            audio_length: 0,
+            stamps: Stamps {
+                size: 0,
+                mtime_ns: 0,
+                ctime_ns: 0,
+            },
+            content_version: 1,
+            passthrough: None,
+        };
+        let disc = |tags: &[(&str, &str)]| {
+            let tags: Vec<(String, String)> =
+                tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            TrackFields::new(&track, &tags).get("disc")
+        };
+        assert_eq!(disc(&[("discnumber", "1/2")]).as_deref(), Some("1"));
+        assert_eq!(disc(&[("discnumber", "2/2")]).as_deref(), Some("2"));
+        assert_eq!(disc(&[("discnumber", "1/1")]), None);
+        assert_eq!(disc(&[("discnumber", "1")]), None);
+        assert_eq!(
+            disc(&[("discnumber", "1"), ("totaldiscs", "2")]).as_deref(),
+            Some("1")
+        );
+        assert_eq!(disc(&[("discnumber", "2")]).as_deref(), Some("2"));
     }
 
     #[test]
