@@ -298,7 +298,14 @@ fn worker<'a>(jobs: Receiver<Job<'a>>, results: Sender<Outcome<'a>>) {
 /// fingerprint (the same recording twice) go each to the new file whose
 /// path ends most like its old one.
 #[derive(Default)]
-struct MoveCandidates(HashMap<[u8; 32], Vec<(i64, String)>>);
+struct MoveCandidates {
+    /// Gone tracks under the roots scanned.
+    gone: HashMap<[u8; 32], Vec<(i64, String)>>,
+    roots: Vec<PathBuf>,
+    /// Whether the store holds tracks outside the roots, which a new file
+    /// may be one of, moved.
+    elsewhere: bool,
+}
 
 impl MoveCandidates {
     fn add(&mut self, db: &Store, known: &KnownStamps, rows: &[usize]) -> anyhow::Result<()> {
@@ -306,20 +313,37 @@ impl MoveCandidates {
         let ids: Vec<i64> = paths.keys().copied().collect();
         for (id, fingerprint) in db.fingerprints(&ids)? {
             let path = paths[&id].to_string();
-            self.0.entry(fingerprint).or_default().push((id, path));
+            self.gone.entry(fingerprint).or_default().push((id, path));
         }
         Ok(())
     }
 
     /// The track that a new file at `path` with this fingerprint is.
-    fn take(&mut self, fingerprint: &[u8; 32], path: &str) -> Option<i64> {
-        let candidates = self.0.get_mut(fingerprint)?;
-        let best = (0..candidates.len()).max_by_key(|&i| same_ending(&candidates[i].1, path))?;
-        let (id, _) = candidates.swap_remove(best);
-        if candidates.is_empty() {
-            self.0.remove(fingerprint);
+    fn take(
+        &mut self,
+        tx: &store::Transaction<'_>,
+        fingerprint: &[u8; 32],
+        path: &str,
+    ) -> anyhow::Result<Option<i64>> {
+        if let Some(candidates) = self.gone.get_mut(fingerprint) {
+            let best = (0..candidates.len()).max_by_key(|&i| same_ending(&candidates[i].1, path));
+            if let Some(best) = best {
+                let (id, _) = candidates.swap_remove(best);
+                if candidates.is_empty() {
+                    self.gone.remove(fingerprint);
+                }
+                return Ok(Some(id));
+            }
         }
-        Some(id)
+        if !self.elsewhere {
+            return Ok(None);
+        }
+        let gone_elsewhere = store::tracks_with_fingerprint(tx, fingerprint)?
+            .into_iter()
+            .filter(|(_, p)| !under_roots(p, &self.roots) && file_is_gone(p));
+        Ok(gone_elsewhere
+            .max_by_key(|(_, p)| same_ending(p, path))
+            .map(|(id, _)| id))
     }
 }
 
@@ -446,19 +470,17 @@ pub fn scan(
         .collect();
     let mut missing: Vec<i64> = missing_rows.iter().map(|&row| known.id(row)).collect();
     missing.sort_unstable();
-    let mut moved_from = MoveCandidates::default();
-    moved_from.add(db, &known, &missing_rows)?;
-    if todo.iter().any(|job| job.existing.is_none()) {
+    let mut moved_from = MoveCandidates {
+        roots: roots.clone(),
         // A library moved or mounted elsewhere and scanned at its new path:
         // its files are new here, and their tracks, outside the roots
-        // scanned, have lost their files. Matched by fingerprint, they move
-        // (keeping ids and edits) instead of being added a second time.
-        let gone_elsewhere: Vec<usize> = (0..known.len())
-            .filter(|&row| !under_roots(known.path(row), &roots))
-            .filter(|&row| file_is_gone(known.path(row)))
-            .collect();
-        moved_from.add(db, &known, &gone_elsewhere)?;
-    }
+        // scanned, have lost their files. Looked up by the fingerprint of
+        // each new file (the store may hold other libraries, whose files
+        // are not stat'ed for it).
+        elsewhere: (0..known.len()).any(|row| !under_roots(known.path(row), &roots)),
+        ..MoveCandidates::default()
+    };
+    moved_from.add(db, &known, &missing_rows)?;
     let gone_failures: Vec<String> = known_failures
         .into_keys()
         .filter(|p| under_roots(p, &roots))
@@ -847,11 +869,11 @@ fn write_results(
             match outcome {
                 Outcome::Scanned(job, track) => {
                     kinds[job.index] = Some(EntryKind::Track);
-                    let was_moved = job
-                        .existing
-                        .is_none()
-                        .then(|| track.fingerprint.and_then(|fp| moved_from.take(&fp, job.path)))
-                        .flatten();
+                    let new_file_fingerprint = track.fingerprint.filter(|_| job.existing.is_none());
+                    let was_moved = match new_file_fingerprint {
+                        Some(fp) => moved_from.take(&tx, &fp, job.path)?,
+                        None => None,
+                    };
                     if let Some(id) = was_moved {
                         store::move_track(&tx, id, &track)?;
                         moved.insert(id);

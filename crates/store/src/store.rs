@@ -937,6 +937,13 @@ pub fn move_track(tx: &Transaction<'_>, id: i64, t: &ScannedTrack) -> Result<()>
     update_scanned(tx, id, t)
 }
 
+/// (id, backing path) of the tracks with this content fingerprint.
+pub fn tracks_with_fingerprint(tx: &Transaction<'_>, fingerprint: &[u8; 32]) -> Result<Vec<(i64, String)>> {
+    let mut stmt = tx.prepare_cached("SELECT id, backing_path FROM tracks WHERE fingerprint = ?1")?;
+    let rows = stmt.query_map([&fingerprint[..]], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
 /// Records a file the scanner could not probe.
 pub fn record_failure(tx: &Transaction<'_>, path: &str, stamps: Stamps, reason: &str) -> Result<()> {
     tx.prepare_cached(
