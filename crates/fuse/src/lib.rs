@@ -173,7 +173,12 @@ impl Mount {
 
     /// Serves requests until unmounted.
     pub fn run(self) -> io::Result<()> {
-        let result = self.session.run();
+        let result = match self.session.run() {
+            // The kernel aborts the connection (rather than ending it) when
+            // a detached mount's last open file is closed: served to the end.
+            Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => Ok(()),
+            other => other,
+        };
         if let Some(rings) = self.rings {
             rings.stop();
         }
