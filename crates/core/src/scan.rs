@@ -365,14 +365,10 @@ fn at_or_under(path: &str, prefix: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
-/// Whether `path` is under one of the (canonical, UTF-8) roots: compared
+/// Whether `path` is one of the (canonical, UTF-8) roots or under one: compared
 /// as strings, which is many times cheaper than by path components.
 fn under_roots(path: &str, roots: &[PathBuf]) -> bool {
-    roots.iter().any(|r| {
-        let r = r.to_string_lossy();
-        let r = r.trim_end_matches('/');
-        path.strip_prefix(r).is_some_and(|rest| rest.starts_with('/'))
-    })
+    roots.iter().any(|r| at_or_under(path, &r.to_string_lossy()))
 }
 
 /// Scans `opts.roots` into the store.
@@ -769,7 +765,7 @@ impl Folders<'_> {
             }
         }
         for path in self.previous.paths() {
-            let walkable = under_roots(path, self.roots) || self.roots.iter().any(|r| r.as_os_str() == path);
+            let walkable = under_roots(path, self.roots);
             if walkable && !walked.contains(path) {
                 store::forget_scanned_dir(tx, path)?;
             }

@@ -765,27 +765,24 @@ pub fn insert_art(tx: &Transaction<'_>, art: &NewArt) -> Result<String> {
 /// its inode); its tags, art and FLAC blocks are replaced by the file's.
 pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i64>) -> Result<i64> {
     let read = scanned_tags_sha256(t);
-    let id = match existing {
+    let (id, file_tags_changed) = match existing {
         Some(id) => {
-            let last_read: Option<Vec<u8>> =
-                tx.query_row("SELECT scanned_tags FROM tracks WHERE id = ?1", [id], |r| {
-                    r.get(0)
-                })?;
-            update_scanned(tx, id, t)?;
+            let last_read: Option<Vec<u8>> = tx
+                .prepare_cached("SELECT scanned_tags FROM tracks WHERE id = ?1")?
+                .query_row([id], |r| r.get(0))?;
+            update_scanned(tx, id, t, &read)?;
             // The file's own tags as last read: its stamps changed for
             // another reason (chmod, touch, a copy), and the store's tags,
             // edits included, stay. Rows from before version 4 (NULL) stay
             // too: losing edits cannot be undone, missing another tagger's
             // change is mended by its next save.
-            if last_read.is_none_or(|h| h == read) {
-                tx.prepare_cached("DELETE FROM scan_failures WHERE path = ?1")?
-                    .execute([&t.backing_path])?;
-                return Ok(id);
+            let changed = last_read.is_some_and(|h| h != read);
+            if changed {
+                for table in ["tags", "track_art"] {
+                    tx.execute(&format!("DELETE FROM {table} WHERE track_id = ?1"), [id])?;
+                }
             }
-            for table in ["tags", "track_art"] {
-                tx.execute(&format!("DELETE FROM {table} WHERE track_id = ?1"), [id])?;
-            }
-            id
+            (id, changed)
         }
         None => {
             tx.prepare_cached(
@@ -808,9 +805,19 @@ pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i6
             ])?;
             let id = tx.last_insert_rowid();
             insert_structure(tx, id, t)?;
-            id
+            (id, true)
         }
     };
+    if file_tags_changed {
+        insert_file_tags(tx, id, t)?;
+    }
+    tx.prepare_cached("DELETE FROM scan_failures WHERE path = ?1")?
+        .execute([&t.backing_path])?;
+    Ok(id)
+}
+
+/// The tags and pictures read from the file, for a track that has none.
+fn insert_file_tags(tx: &Transaction<'_>, id: i64, t: &ScannedTrack) -> Result<()> {
     insert_tags_of_tagless(tx, id, &t.tags)?;
     for (position, pic) in t.pictures.iter().enumerate() {
         let sha = insert_art(tx, &pic.art)?;
@@ -826,9 +833,7 @@ pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i6
             pic.description
         ])?;
     }
-    tx.prepare_cached("DELETE FROM scan_failures WHERE path = ?1")?
-        .execute([&t.backing_path])?;
-    Ok(id)
+    Ok(())
 }
 
 /// `tracks.scanned_tags`: sha256 over the tags and pictures read from the
@@ -853,7 +858,7 @@ pub fn scanned_tags_sha256(t: &ScannedTrack) -> [u8; 32] {
 
 /// Writes what the scanner learned about an existing track's file (not
 /// its tags or art): its columns, FLAC blocks and backing parts.
-fn update_scanned(tx: &Transaction<'_>, id: i64, t: &ScannedTrack) -> Result<()> {
+fn update_scanned(tx: &Transaction<'_>, id: i64, t: &ScannedTrack, scanned_tags: &[u8; 32]) -> Result<()> {
     tx.prepare_cached(
         "UPDATE tracks SET format = ?2, audio_offset = ?3, audio_length = ?4, \
          file_size = ?5, mtime_ns = ?6, ctime_ns = ?7, fingerprint = ?8, scanned_at = ?9, \
@@ -870,7 +875,7 @@ fn update_scanned(tx: &Transaction<'_>, id: i64, t: &ScannedTrack) -> Result<()>
         t.fingerprint.as_ref().map(|f| &f[..]),
         now_secs(),
         t.passthrough,
-        &scanned_tags_sha256(t)[..],
+        &scanned_tags[..],
     ])?;
     for table in ["flac_blocks", "backing_parts"] {
         tx.execute(&format!("DELETE FROM {table} WHERE track_id = ?1"), [id])?;
@@ -934,7 +939,7 @@ fn insert_tags(tx: &Transaction<'_>, id: i64, tags: &[(String, String)]) -> Resu
 pub fn move_track(tx: &Transaction<'_>, id: i64, t: &ScannedTrack) -> Result<()> {
     tx.prepare_cached("UPDATE tracks SET backing_path = ?2 WHERE id = ?1")?
         .execute(params![id, t.backing_path])?;
-    update_scanned(tx, id, t)
+    update_scanned(tx, id, t, &scanned_tags_sha256(t))
 }
 
 /// (id, backing path) of the tracks with this content fingerprint.
