@@ -165,16 +165,44 @@ pub fn probe(src: &Source<'_>, format: Format) -> Result<Probe> {
     Ok(probe)
 }
 
+/// How many bytes of audio pages a scan walks from the first audio page,
+/// and how many it checks at the end of the file. The pages between are
+/// walked when they are read (a page out of place there fails that read):
+/// a first scan must not read a whole library of Ogg files.
+const WALKED_FIRST: u64 = 64 << 10;
+const CHECKED_LAST: u64 = 128 << 10;
+
 /// Why the audio pages cannot be renumbered in flight, if they cannot:
 /// every page from the first audio page to the end of the file must be a
 /// page of the stream (a page of another stream means a chain or a
 /// multiplex, anything else damage or trailing bytes), the first continuing
 /// the header pages' sequence, the last ending at the end of the file (a
-/// file cut inside a page is an error: truncated). Only page headers are
-/// looked at, read a window at a time.
+/// file cut inside a page is an error: truncated). Short files are walked
+/// whole, longer ones at their start and end.
 fn audio_pages_problem(
     src: &Source<'_>,
     audio_offset: u64,
+    header_pages: usize,
+    serial: u32,
+) -> Result<Option<String>> {
+    let size = src.size();
+    let last_from = size.saturating_sub(CHECKED_LAST);
+    if last_from <= audio_offset + WALKED_FIRST {
+        return walk_pages(src, audio_offset, size, header_pages, serial);
+    }
+    let stop = audio_offset + WALKED_FIRST;
+    Ok(match walk_pages(src, audio_offset, stop, header_pages, serial)? {
+        Some(problem) => Some(problem),
+        None => last_pages_problem(src, last_from, serial)?,
+    })
+}
+
+/// The page headers from the first audio page on, until a page starts at
+/// or after `stop`, read a window at a time.
+fn walk_pages(
+    src: &Source<'_>,
+    audio_offset: u64,
+    stop: u64,
     header_pages: usize,
     serial: u32,
 ) -> Result<Option<String>> {
@@ -183,53 +211,130 @@ fn audio_pages_problem(
     let size = src.size();
     let (mut window, mut window_at) = (Vec::new(), audio_offset);
     let mut pos = audio_offset;
-    while pos < size {
+    while pos < stop {
         if pos + LONGEST_HEADER.min(size - pos) > window_at + window.len() as u64 {
             window_at = pos;
-            window = src.read(pos, WINDOW.min(size - pos), "Ogg audio pages")?;
+            let wanted = WINDOW.min(stop - pos + LONGEST_HEADER).min(size - pos);
+            window = src.read(pos, wanted, "Ogg audio pages")?;
         }
         let h = &window[(pos - window_at) as usize..];
-        // A download cut short: refused like a truncated FLAC, not served
-        // as it is (its tags could not follow the store).
-        let truncated = || {
-            Err(ProbeError::Truncated(format!(
-                "the Ogg page at offset {pos} runs past the end of the file"
-            )))
-        };
         if h.len() < PAGE_HEADER_LEN as usize {
-            return truncated();
+            return Err(runs_past_the_end(pos));
         }
-        if &h[..5] != b"OggS\0" {
-            return Ok(Some(format!(
-                "no Ogg page at offset {pos} (damage or trailing bytes)"
-            )));
+        if !h.starts_with(b"OggS\0") {
+            return Ok(Some(not_a_page(pos)));
         }
-        if le_u32(&h[14..]) != serial {
-            return Ok(Some(if h[5] & 2 != 0 {
-                "chained Ogg stream (several streams in a row)".to_string()
-            } else {
-                "multiplexed Ogg stream (several logical streams)".to_string()
-            }));
-        }
-        if h[5] & 2 != 0 {
-            return Ok(Some(format!("a second logical stream begins at offset {pos}")));
+        if let Some(problem) = stream_problem(h, pos, serial) {
+            return Ok(Some(problem));
         }
         if pos == audio_offset && le_u32(&h[18..]) as usize != header_pages {
             return Ok(Some(
                 "page sequence numbers do not follow the header pages".into(),
             ));
         }
-        let segments = h[26] as usize;
-        let Some(lacing) = h.get(PAGE_HEADER_LEN as usize..PAGE_HEADER_LEN as usize + segments) else {
-            return truncated();
-        };
-        let len = PAGE_HEADER_LEN + segments as u64 + lacing.iter().map(|&l| u64::from(l)).sum::<u64>();
-        if pos + len > size {
-            return truncated();
+        match page_len(h) {
+            Some(len) if pos + len <= size => pos += len,
+            _ => return Err(runs_past_the_end(pos)),
         }
-        pos += len;
     }
     Ok(None)
+}
+
+/// Why the pages in the file's last bytes (from `from`) cannot be
+/// renumbered, if they cannot: the first page start there whose chain of
+/// pages ends exactly at the end of the file must begin a chain of pages
+/// of this stream alone. The pages before it are not looked at.
+fn last_pages_problem(src: &Source<'_>, from: u64, serial: u32) -> Result<Option<String>> {
+    let tail = src.read(from, src.size() - from, "the last Ogg pages")?;
+    // How the chain from the first page start of this stream ends, when
+    // no chain reaches the end: the reason the file is refused or served
+    // as it is.
+    let mut first_of_stream = None;
+    for start in (0..tail.len()).filter(|&c| tail[c..].starts_with(b"OggS\0")) {
+        let end = follow_pages(&tail, start, from, serial);
+        if let ChainEnd::AtEnd(problem) = end {
+            return Ok(problem);
+        }
+        let serial_at = tail.get(start + 14..start + 18);
+        if first_of_stream.is_none() && serial_at.is_none_or(|s| *s == serial.to_le_bytes()) {
+            first_of_stream = Some(end);
+        }
+    }
+    match first_of_stream {
+        Some(ChainEnd::CutShort(at)) => Err(runs_past_the_end(from + at as u64)),
+        Some(ChainEnd::NotAPage(at)) => Ok(Some(not_a_page(from + at as u64))),
+        _ => Ok(Some(
+            "no Ogg page of the stream ends the file (damage or trailing bytes)".into(),
+        )),
+    }
+}
+
+/// Where a chain of pages, followed from a page start, ends.
+enum ChainEnd {
+    /// At the end of the bytes; why its pages cannot be renumbered, if
+    /// one cannot.
+    AtEnd(Option<String>),
+    /// At bytes that are not a page.
+    NotAPage(usize),
+    /// At a page that runs past the end of the bytes.
+    CutShort(usize),
+}
+
+/// Follows the pages in `tail` (the file's bytes from `from`) from `start`.
+fn follow_pages(tail: &[u8], start: usize, from: u64, serial: u32) -> ChainEnd {
+    let mut problem = None;
+    let mut pos = start;
+    while pos < tail.len() {
+        let h = &tail[pos..];
+        if h.len() < PAGE_HEADER_LEN as usize {
+            return ChainEnd::CutShort(pos);
+        }
+        if !h.starts_with(b"OggS\0") {
+            return ChainEnd::NotAPage(pos);
+        }
+        match page_len(h) {
+            Some(len) if len <= h.len() as u64 => {
+                problem = problem.or_else(|| stream_problem(h, from + pos as u64, serial));
+                pos += len as usize;
+            }
+            _ => return ChainEnd::CutShort(pos),
+        }
+    }
+    ChainEnd::AtEnd(problem)
+}
+
+/// Why a page (header bytes `h`, at `pos`) of the audio cannot be
+/// renumbered as a page of the stream `serial`, if it cannot.
+fn stream_problem(h: &[u8], pos: u64, serial: u32) -> Option<String> {
+    let bos = h[5] & 2 != 0;
+    if le_u32(&h[14..]) != serial {
+        return Some(if bos {
+            "chained Ogg stream (several streams in a row)".to_string()
+        } else {
+            "multiplexed or chained Ogg stream (pages of another stream)".to_string()
+        });
+    }
+    bos.then(|| format!("a second logical stream begins at offset {pos}"))
+}
+
+/// The length of the page whose header starts `h`, if its header and
+/// lacing values are all there.
+fn page_len(h: &[u8]) -> Option<u64> {
+    let segments = *h.get(26)? as usize;
+    let lacing = h.get(PAGE_HEADER_LEN as usize..PAGE_HEADER_LEN as usize + segments)?;
+    Some(PAGE_HEADER_LEN + segments as u64 + lacing.iter().map(|&l| u64::from(l)).sum::<u64>())
+}
+
+fn not_a_page(pos: u64) -> String {
+    format!("no Ogg page at offset {pos} (damage or trailing bytes)")
+}
+
+/// A download cut short: refused like a truncated FLAC, not served as it
+/// is (its tags could not follow the store).
+fn runs_past_the_end(pos: u64) -> ProbeError {
+    ProbeError::Truncated(format!(
+        "the Ogg page at offset {pos} runs past the end of the file"
+    ))
 }
 
 /// New header pages carrying the store's comments and pictures (after the
@@ -315,4 +420,100 @@ fn push_comment_packet(
         stream.push_bytes(&[1]);
     }
     stream.len() - start
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SERIAL: u32 = 0x1234_5678;
+    /// Audio pages of this test stream follow three header pages.
+    const HEADER_PAGES: usize = 3;
+
+    /// A page of `body_len` bytes of `fill` (its checksum is not looked at).
+    fn page(serial: u32, seq: u32, flags: u8, body_len: usize, fill: u8) -> Vec<u8> {
+        let mut lacing = vec![255u8; body_len / 255];
+        lacing.push((body_len % 255) as u8);
+        let mut p = b"OggS\0".to_vec();
+        p.push(flags);
+        p.extend_from_slice(&[0; 8]);
+        p.extend_from_slice(&serial.to_le_bytes());
+        p.extend_from_slice(&seq.to_le_bytes());
+        p.extend_from_slice(&[0; 4]);
+        p.push(lacing.len() as u8);
+        p.extend_from_slice(&lacing);
+        p.resize(p.len() + body_len, fill);
+        p
+    }
+
+    /// `count` audio pages of about 4 KiB from sequence number `first_seq`.
+    fn audio(serial: u32, first_seq: u32, count: u32) -> Vec<u8> {
+        (0..count)
+            .flat_map(|i| page(serial, first_seq + i, 0, 4000 + i as usize % 7, i as u8))
+            .collect()
+    }
+
+    /// The problem found in `audio_bytes` as the audio of a file whose
+    /// header pages take its first 100 bytes.
+    fn problem(audio_bytes: &[u8]) -> Result<Option<String>> {
+        let file = [vec![0u8; 100], audio_bytes.to_vec()].concat();
+        let src = Source::new(&file, file.len() as u64);
+        audio_pages_problem(&src, 100, HEADER_PAGES, SERIAL)
+    }
+
+    #[test]
+    fn short_and_long_streams_of_whole_pages_can_be_renumbered() {
+        for count in [1, 10, 100, 400] {
+            assert_eq!(problem(&audio(SERIAL, 3, count)).unwrap(), None, "{count} pages");
+        }
+    }
+
+    #[test]
+    fn a_long_stream_cut_short_is_refused() {
+        let whole = audio(SERIAL, 3, 100);
+        // Inside a page's body, inside its header, inside its lacing values.
+        for cut in [1000, whole.len() - 4010, whole.len() - 4030] {
+            let err = problem(&whole[..whole.len() - cut]).unwrap_err();
+            assert!(matches!(err, ProbeError::Truncated(_)), "cut {cut}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_end_of_a_long_stream_decides_how_it_is_served() {
+        let whole = audio(SERIAL, 3, 100);
+        let with = |more: &[u8]| problem(&[&whole[..], more].concat()).unwrap();
+        let id3v1 = [b"TAG".to_vec(), vec![b' '; 125]].concat();
+        assert!(with(&id3v1).unwrap().contains("trailing bytes"));
+        // Another file appended (a chain), with its own serial number or
+        // with this one.
+        let chained = [page(7, 0, 2, 30, 1), audio(7, 1, 50)].concat();
+        assert!(with(&chained).unwrap().contains("chained Ogg stream"));
+        let second = [page(SERIAL, 0, 2, 30, 1), audio(SERIAL, 1, 3)].concat();
+        assert!(with(&second).unwrap().contains("second logical stream"));
+        // Audio bytes that look like a page start are not one.
+        let mut lookalike = whole.clone();
+        let at = lookalike.len() - 2000;
+        lookalike[at..at + 5].copy_from_slice(b"OggS\0");
+        assert_eq!(problem(&lookalike).unwrap(), None);
+    }
+
+    #[test]
+    fn the_start_of_a_long_stream_must_follow_the_header_pages() {
+        let problem = problem(&audio(SERIAL, 5, 100)).unwrap();
+        assert!(problem.unwrap().contains("sequence numbers"));
+    }
+
+    /// The cost of not reading whole files at scan time: damage between
+    /// the first and last pages is found when it is read, not by the scan.
+    #[test]
+    fn the_middle_of_a_long_stream_is_not_read() {
+        let mut damaged = audio(SERIAL, 3, 100);
+        let middle = damaged.len() / 2;
+        damaged[middle..middle + 8192].fill(0);
+        assert_eq!(problem(&damaged).unwrap(), None);
+        let short = audio(SERIAL, 3, 30);
+        let mut damaged = short.clone();
+        damaged[60_000..60_000 + 8192].fill(0);
+        assert!(problem(&damaged).unwrap().unwrap().contains("no Ogg page"));
+    }
 }

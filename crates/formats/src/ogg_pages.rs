@@ -304,7 +304,12 @@ struct KnownStarts {
     /// Ascending, about one per `KNOWN_STRIDE` bytes: a read far from the
     /// last one walks from the nearest, not from the first audio page.
     kept: Vec<u64>,
+    /// Damaged ranges found (bytes that are no page, up to the next page),
+    /// the latest `DAMAGE_KEPT`: each read in one would search it again.
+    damage: Vec<Range<u64>>,
 }
+
+const DAMAGE_KEPT: usize = 16;
 
 /// How far apart the page starts in `KnownStarts::kept` are.
 const KNOWN_STRIDE: u64 = 64 * 1024;
@@ -326,6 +331,7 @@ impl AudioPages {
             starts: Mutex::new(KnownStarts {
                 last: offset,
                 kept: vec![offset],
+                damage: Vec::new(),
             }),
         }
     }
@@ -338,11 +344,10 @@ impl AudioPages {
         self.starts.lock().unwrap_or_else(|e| e.into_inner())
     }
     /// The page containing `at` found near it, far from any known page
-    /// start: the last page header of this stream before `at` whose page
-    /// reaches `at`, has a valid checksum and is followed by a header of
-    /// this stream (or the end). Audio bytes pass that only if made to: a
-    /// file built to look like pages inside pages can be served differently
-    /// from two sides, which walking never is; short files are always walked.
+    /// start: the last checked page (`checked_page_len`) before `at` that
+    /// reaches `at`. Audio bytes pass that only if made to: a file built to
+    /// look like pages inside pages can be served differently from two
+    /// sides, which walking never is; short files are always walked.
     fn checked_page_near(
         &self,
         at: u64,
@@ -354,25 +359,45 @@ impl AudioPages {
         let mut window = vec![0u8; (to - from) as usize];
         src.read_backing(from, &mut window)?;
         let stream_ends = (self.end() - from) as usize;
-        let is_header = |c: usize| {
-            window
-                .get(c..c + HEADER_LEN)
-                .is_some_and(|h| heads_page_of(h, serial))
-        };
         for c in (0..=(at - from) as usize).rev() {
-            if !is_header(c) {
-                continue;
-            }
-            let Some(len) = declared_page_len(&window, c) else {
+            let Some(len) = checked_page_len(&window, c, serial, stream_ends) else {
                 continue;
             };
-            let next = c + len;
-            let reaches = from + next as u64 > at && next <= window.len();
-            if reaches && (next == stream_ends || is_header(next)) && checksum_ok(&window[c..next]) {
+            if from + (c + len) as u64 > at {
                 return Ok(Some(from + c as u64));
             }
         }
         Ok(None)
+    }
+
+    /// Where damage that starts at `from` (bytes that are no page of this
+    /// stream) ends: at the first checked page (`checked_page_len`) after
+    /// it, or at the end of the stream. Decoders resynchronise on the next
+    /// page the same way; the damaged bytes are served as they are.
+    fn damage_end(&self, from: u64, serial: &[u8; 4], src: &dyn SegmentSource) -> io::Result<u64> {
+        if let Some(end) = self.starts().damage_end(from) {
+            return Ok(end);
+        }
+        let mut at = from + 1;
+        let end = loop {
+            if at >= self.end() {
+                break self.end();
+            }
+            let to = (at + (WALK_CHUNK + MAX_PAGE_LEN + HEADER_LEN) as u64).min(self.end());
+            let mut window = vec![0u8; (to - at) as usize];
+            src.read_backing(at, &mut window)?;
+            let stream_ends = (self.end() - at) as usize;
+            let candidates = 0..WALK_CHUNK.min(window.len());
+            let found = candidates
+                .into_iter()
+                .find(|&c| checked_page_len(&window, c, serial, stream_ends).is_some());
+            if let Some(c) = found {
+                break at + c as u64;
+            }
+            at += WALK_CHUNK as u64;
+        };
+        self.starts().keep_damage(from, end);
+        Ok(end)
     }
 
     /// Where the page that contains backing offset `at` starts: the page
@@ -388,6 +413,9 @@ impl AudioPages {
             }
         }
         WALK.with_borrow_mut(|buf| loop {
+            if start >= self.end() {
+                return Err(invalid(format!("no Ogg page reaches offset {at}")));
+            }
             let want = ((at - start) as usize + HEADER_LEN + 255)
                 .min(WALK_CHUNK)
                 .min((self.end() - start) as usize);
@@ -398,28 +426,36 @@ impl AudioPages {
             self.starts().keep(start);
             let chunk = &mut buf[..want];
             src.read_backing(start, chunk)?;
+            let at_stream_end = start + chunk.len() as u64 == self.end();
             let mut p = 0;
-            while let Some(head) = chunk.get(p..p + HEADER_LEN) {
+            start = loop {
                 let page = start + p as u64;
-                if !heads_page_of(head, &serial) {
-                    return Err(invalid(format!("no Ogg page of this stream at offset {page}")));
+                let rest = &chunk[p..];
+                let whole_header = rest.len() >= HEADER_LEN;
+                let ours = whole_header && heads_page_of(rest, &serial);
+                let len = if ours { declared_page_len(chunk, p) } else { None };
+                match len {
+                    Some(len) if page + len as u64 <= self.end() => {
+                        if at < page + len as u64 {
+                            return Ok(page);
+                        }
+                        p += len;
+                        if p >= chunk.len() {
+                            break start + p as u64;
+                        }
+                    }
+                    // The header or its lacing runs past the chunk: the
+                    // next chunk starts here.
+                    None if !at_stream_end && (ours || !whole_header) => break page,
+                    _ => {
+                        let end = self.damage_end(page, &serial, src)?;
+                        if at < end {
+                            return Ok(page);
+                        }
+                        break end;
+                    }
                 }
-                // None: the lacing runs past the chunk; the next one starts here.
-                let Some(len) = declared_page_len(chunk, p) else {
-                    break;
-                };
-                if page + len as u64 > self.end() {
-                    return Err(invalid(format!("Ogg page at {page} runs past the end")));
-                }
-                if at < page + len as u64 {
-                    return Ok(page);
-                }
-                p += len;
-            }
-            if p == 0 {
-                return Err(invalid(format!("truncated Ogg page at offset {start}")));
-            }
-            start += p as u64;
+            };
         })
     }
 }
@@ -435,6 +471,18 @@ impl KnownStarts {
         }
     }
 
+    /// Where the damage that contains `at` ends, if it was found before.
+    fn damage_end(&self, at: u64) -> Option<u64> {
+        self.damage.iter().find(|d| d.contains(&at)).map(|d| d.end)
+    }
+
+    fn keep_damage(&mut self, from: u64, end: u64) {
+        if self.damage.len() == DAMAGE_KEPT {
+            self.damage.remove(0);
+        }
+        self.damage.push(from..end);
+    }
+
     /// Keeps `start` (a page start a read reached) when no kept one is
     /// within `KNOWN_STRIDE` of it.
     fn keep(&mut self, start: u64) {
@@ -445,6 +493,25 @@ impl KnownStarts {
             self.kept.insert(i, start);
         }
     }
+}
+
+/// The length of the page that starts `window[at..]` if it is a checked
+/// page of this stream: a header of this stream, a valid checksum, and the
+/// header of another page of this stream after it, or the end of the
+/// stream (`stream_ends` bytes into the window).
+fn checked_page_len(window: &[u8], at: usize, serial: &[u8; 4], stream_ends: usize) -> Option<usize> {
+    let is_header = |c: usize| {
+        window
+            .get(c..c + HEADER_LEN)
+            .is_some_and(|h| heads_page_of(h, serial))
+    };
+    if !is_header(at) {
+        return None;
+    }
+    let len = declared_page_len(window, at)?;
+    let next = at + len;
+    let followed = next == stream_ends || is_header(next);
+    (next <= window.len() && followed && checksum_ok(&window[at..next])).then_some(len)
 }
 
 /// Whether `head` (a page header's first bytes) starts a page of the
@@ -484,24 +551,27 @@ impl Computed for AudioPages {
                 let start = first + p as u64;
                 span.extend(first, (p + HEADER_LEN + 255).min(limit), src)?;
                 let bytes = span.bytes();
-                let len = declared_page_len(bytes, p)
-                    .filter(|_| heads_page_of(&bytes[p..], &serial))
-                    .ok_or_else(|| invalid(format!("no Ogg page of this stream at offset {start}")))?;
-                if p + len > limit {
-                    return Err(invalid(format!("Ogg page at {start} runs past the end")));
-                }
-                if bytes[p + 5] & 2 != 0 {
+                let rest = &bytes[p..];
+                let len = (rest.len() >= HEADER_LEN && heads_page_of(rest, &serial))
+                    .then(|| declared_page_len(bytes, p))
+                    .flatten()
+                    .filter(|&len| p + len <= limit);
+                if len.is_some() && rest[5] & 2 != 0 {
                     // A chained stream that reuses the serial number: the scan
                     // could not tell, and renumbering its pages would be wrong.
                     return Err(invalid(format!(
                         "a second logical stream begins at offset {start} (chained Ogg stream)"
                     )));
                 }
+                let (len, page) = match len {
+                    Some(len) => (len, true),
+                    None => ((self.damage_end(start, &serial, src)? - start) as usize, false),
+                };
                 let from = (at + done as u64).saturating_sub(start) as usize;
                 let n = (out.len() - done).min(len - from);
                 span.extend(first, p + from + n, src)?;
                 let bytes = span.bytes_mut();
-                if from < CRC_AT + 4 {
+                if page && from < CRC_AT + 4 {
                     renumber(&mut bytes[p..], len, self.seq_delta);
                 }
                 out[done..done + n].copy_from_slice(&bytes[p + from..p + from + n]);
@@ -793,6 +863,68 @@ mod tests {
             check(&pages(), pos, len);
         }
         for pos in (0..expected.len()).step_by(101) {
+            check(&shared, pos, 3000);
+        }
+    }
+
+    /// Bytes that are no page (zeroed headers, a long run of zeros, junk at
+    /// the end) are served as they are and every page around them
+    /// renumbered, the same from any offset and in any order.
+    #[test]
+    fn damage_between_pages_reads_the_same_from_any_offset_in_any_order() {
+        let lengths = [3usize, 255, 17, 200, 1, 255, 60, 90].repeat(40);
+        let pages: Vec<Vec<u8>> = lengths
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| with_seq(test_page(n), i as u32))
+            .collect();
+        let starts: Vec<usize> = pages
+            .iter()
+            .scan(0, |at, p| Some(std::mem::replace(at, *at + p.len())))
+            .collect();
+        let mut backing: Vec<u8> = pages.concat();
+        // Zeros from the body of page 22 over the headers of 23 and 24; a
+        // run of zeros longer than a walk's chunk from page 100 on; junk at
+        // the end.
+        let damaged = [
+            starts[22] + HEADER_LEN + 60 + 100..starts[25] - 10,
+            starts[100]..starts[100] + WALK_CHUNK + 5000,
+            backing.len() - 300..backing.len(),
+        ];
+        for range in damaged.clone() {
+            backing[range].fill(0);
+        }
+        let mut expected = backing.clone();
+        for (&start, page) in starts.iter().zip(&pages) {
+            let header = start..start + HEADER_LEN + page[26] as usize;
+            if !damaged
+                .iter()
+                .any(|d| d.start < header.end && header.start < d.end)
+            {
+                renumber(&mut expected[start..], page.len(), 5);
+            }
+        }
+        let prefix = [0x4f; 40];
+        let src = Bytes([&prefix[..], &backing[..]].concat());
+        let audio = || AudioPages::new(40, expected.len() as u64, 5, Arc::new(StreamSerial::new(40)));
+        let check = |pages: &AudioPages, pos: usize, len: usize| {
+            let len = len.min(expected.len() - pos);
+            let mut out = vec![0u8; len];
+            pages.read(pos as u64, &mut out, &src).unwrap();
+            assert!(out == expected[pos..pos + len], "{len} bytes at {pos}");
+        };
+        let shared = audio();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..600 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let pos = (seed % expected.len() as u64) as usize;
+            let len = 1 + (seed >> 32) as usize % 40_000;
+            check(&shared, pos, len);
+            check(&audio(), pos, len);
+        }
+        for pos in (0..expected.len()).step_by(1999) {
             check(&shared, pos, 3000);
         }
     }
