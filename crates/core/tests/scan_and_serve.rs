@@ -451,10 +451,15 @@ fn damage_between_ogg_pages_is_served_as_it_is() {
     let seq = |page: &[u8]| u32::from_le_bytes(page[18..22].try_into().unwrap());
     let delta = seq(served_audio) - seq(&audio);
     assert!(delta > 0);
-    // Each page with its header intact renumbered (its checksum as right
-    // or wrong as it was), each other byte as it is.
+    // Each page with its header intact and followed by another renumbered
+    // (its checksum as right or wrong as it was), each other byte as it is:
+    // the page the damage starts in is neither followed nor whole.
     let mut expected = audio.clone();
-    for page in expected.chunks_mut(page_len).filter(|p| p.starts_with(b"OggS")) {
+    let followed: Vec<bool> = (1..=count as usize)
+        .map(|next| next == count as usize || audio[next * page_len..].starts_with(b"OggS"))
+        .collect();
+    let pages = expected.chunks_mut(page_len).zip(followed);
+    for (page, _) in pages.filter(|(p, followed)| *followed && p.starts_with(b"OggS")) {
         let stored = u32::from_le_bytes(page[22..26].try_into().unwrap());
         page[22..26].fill(0);
         let wrong_by = stored ^ ogg_crc(page);

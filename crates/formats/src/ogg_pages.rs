@@ -412,13 +412,16 @@ impl AudioPages {
                 return Ok(page);
             }
         }
+        let first_want = |start: u64| {
+            ((at - start) as usize + HEADER_LEN + 255)
+                .min(WALK_CHUNK)
+                .min((self.end() - start) as usize)
+        };
+        let mut want = first_want(start);
         WALK.with_borrow_mut(|buf| loop {
             if start >= self.end() {
                 return Err(invalid(format!("no Ogg page reaches offset {at}")));
             }
-            let want = ((at - start) as usize + HEADER_LEN + 255)
-                .min(WALK_CHUNK)
-                .min((self.end() - start) as usize);
             if buf.len() < want {
                 buf.resize(want, 0);
             }
@@ -426,36 +429,34 @@ impl AudioPages {
             self.starts().keep(start);
             let chunk = &mut buf[..want];
             src.read_backing(start, chunk)?;
-            let at_stream_end = start + chunk.len() as u64 == self.end();
             let mut p = 0;
-            start = loop {
+            loop {
                 let page = start + p as u64;
-                let rest = &chunk[p..];
-                let whole_header = rest.len() >= HEADER_LEN;
-                let ours = whole_header && heads_page_of(rest, &serial);
-                let len = if ours { declared_page_len(chunk, p) } else { None };
-                match len {
-                    Some(len) if page + len as u64 <= self.end() => {
-                        if at < page + len as u64 {
-                            return Ok(page);
-                        }
-                        p += len;
-                        if p >= chunk.len() {
-                            break start + p as u64;
-                        }
-                    }
-                    // The header or its lacing runs past the chunk: the
-                    // next chunk starts here.
-                    None if !at_stream_end && (ours || !whole_header) => break page,
-                    _ => {
+                match unit_at(chunk, p, &serial, self.end() - page) {
+                    Unit::Page(len) if at < page + len as u64 => return Ok(page),
+                    Unit::Page(len) => p += len,
+                    Unit::Damage => {
                         let end = self.damage_end(page, &serial, src)?;
                         if at < end {
                             return Ok(page);
                         }
-                        break end;
+                        start = end;
+                        want = first_want(start);
+                        break;
+                    }
+                    // The first unit needs more than was read: read more;
+                    // a later one: the next chunk starts there.
+                    Unit::NeedMore(n) if p == 0 => {
+                        want = n.min((self.end() - start) as usize);
+                        break;
+                    }
+                    Unit::NeedMore(_) => {
+                        start = page;
+                        want = first_want(start);
+                        break;
                     }
                 }
-            };
+            }
         })
     }
 }
@@ -492,6 +493,51 @@ impl KnownStarts {
         if far_from_before && far_from_after {
             self.kept.insert(i, start);
         }
+    }
+}
+
+/// What starts at `bytes[p..]`, as a walk of the audio pages sees it.
+enum Unit {
+    /// A page of this stream, `len` bytes long, followed by the header of
+    /// another page of this stream or by the end of the stream.
+    Page(usize),
+    /// Bytes that are no such page: damage, up to the next checked page.
+    Damage,
+    /// More bytes are needed to tell, `bytes[p..p + n]` in all.
+    NeedMore(usize),
+}
+
+/// Tells a page from damage at `bytes[p..]`, `stream_left` bytes before
+/// the end of the stream. A page must be followed by another page's header,
+/// end the stream, or have a valid checksum: a header whose lacing values
+/// were damaged would otherwise take the walk into the middle of the pages
+/// after it, where a read that finds its page by checksums would not.
+fn unit_at(bytes: &[u8], p: usize, serial: &[u8; 4], stream_left: u64) -> Unit {
+    let rest = &bytes[p..];
+    if stream_left < HEADER_LEN as u64 {
+        return Unit::Damage;
+    }
+    if rest.len() < HEADER_LEN {
+        return Unit::NeedMore(HEADER_LEN);
+    }
+    if !heads_page_of(rest, serial) {
+        return Unit::Damage;
+    }
+    let Some(len) = declared_page_len(rest, 0) else {
+        let header = HEADER_LEN + rest[26] as usize;
+        return if header as u64 <= stream_left {
+            Unit::NeedMore(header)
+        } else {
+            Unit::Damage
+        };
+    };
+    let followed_at = len + HEADER_LEN;
+    match stream_left {
+        left if left == len as u64 => Unit::Page(len),
+        left if left < followed_at as u64 => Unit::Damage,
+        _ if rest.len() < followed_at => Unit::NeedMore(followed_at),
+        _ if heads_page_of(&rest[len..], serial) || checksum_ok(&rest[..len]) => Unit::Page(len),
+        _ => Unit::Damage,
     }
 }
 
@@ -550,13 +596,14 @@ impl Computed for AudioPages {
             while done < out.len() {
                 let start = first + p as u64;
                 span.extend(first, (p + HEADER_LEN + 255).min(limit), src)?;
-                let bytes = span.bytes();
-                let rest = &bytes[p..];
-                let len = (rest.len() >= HEADER_LEN && heads_page_of(rest, &serial))
-                    .then(|| declared_page_len(bytes, p))
-                    .flatten()
-                    .filter(|&len| p + len <= limit);
-                if len.is_some() && rest[5] & 2 != 0 {
+                let len = loop {
+                    match unit_at(span.bytes(), p, &serial, (limit - p) as u64) {
+                        Unit::NeedMore(n) => span.extend(first, p + n, src)?,
+                        Unit::Page(len) => break Some(len),
+                        Unit::Damage => break None,
+                    }
+                };
+                if len.is_some() && span.bytes()[p + 5] & 2 != 0 {
                     // A chained stream that reuses the serial number: the scan
                     // could not tell, and renumbering its pages would be wrong.
                     return Err(invalid(format!(
@@ -894,14 +941,16 @@ mod tests {
         for range in damaged.clone() {
             backing[range].fill(0);
         }
+        let touched = |r: Range<usize>| damaged.iter().any(|d| d.start < r.end && r.start < d.end);
+        let header = |k: usize| starts[k]..starts[k] + HEADER_LEN + pages[k][26] as usize;
+        // A page is renumbered when its header is whole and the next one's
+        // is too, or it is whole itself (its checksum holds).
         let mut expected = backing.clone();
-        for (&start, page) in starts.iter().zip(&pages) {
-            let header = start..start + HEADER_LEN + page[26] as usize;
-            if !damaged
-                .iter()
-                .any(|d| d.start < header.end && header.start < d.end)
-            {
-                renumber(&mut expected[start..], page.len(), 5);
+        for (k, page) in pages.iter().enumerate() {
+            let followed = k + 1 == pages.len() || !touched(header(k + 1));
+            let whole = !touched(starts[k]..starts[k] + page.len());
+            if !touched(header(k)) && (followed || whole) {
+                renumber(&mut expected[starts[k]..], page.len(), 5);
             }
         }
         let prefix = [0x4f; 40];
