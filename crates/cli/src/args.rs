@@ -217,22 +217,33 @@ pub struct TagArgs {
 #[derive(Subcommand)]
 pub enum TagAction {
     /// Print a track's tags (all, or the given keys) as KEY=VALUE lines.
-    Get { track: String, keys: Vec<String> },
+    Get {
+        /// The track: its id (as `export` prints it) or its file in the library.
+        track: String,
+        /// Keys to print (all when none is given).
+        keys: Vec<String>,
+    },
     /// Replace keys: `title=New` (repeat a key for several values).
     Set {
+        /// The track: its id (as `export` prints it) or its file in the library.
         track: String,
+        /// KEY=VALUE pairs.
         #[arg(required = true)]
         pairs: Vec<String>,
     },
     /// Append values: `genre=Jazz`.
     Add {
+        /// The track: its id (as `export` prints it) or its file in the library.
         track: String,
+        /// KEY=VALUE pairs.
         #[arg(required = true)]
         pairs: Vec<String>,
     },
     /// Remove keys (`comment`) or single values (`genre=Jazz`).
     Rm {
+        /// The track: its id (as `export` prints it) or its file in the library.
         track: String,
+        /// Keys (`comment`) or single values (`genre=Jazz`).
         #[arg(required = true)]
         keys: Vec<String>,
     },
@@ -251,7 +262,9 @@ pub struct ArtArgs {
 pub enum ArtAction {
     /// Set the picture of a type (replacing one of that type) from an image file.
     Set {
+        /// The track: its id (as `export` prints it) or its file in the library.
         track: String,
+        /// The image file: JPEG, PNG, GIF, BMP or WebP.
         image: PathBuf,
         /// Picture type: front, back, leaflet, media, artist, other, or 0-20.
         #[arg(long = "type", default_value = "front")]
@@ -259,9 +272,12 @@ pub enum ArtAction {
     },
     /// Remove the pictures of a type (all pictures with --all).
     Rm {
+        /// The track: its id (as `export` prints it) or its file in the library.
         track: String,
+        /// Picture type to remove: front, back, leaflet, media, artist, other, or 0-20.
         #[arg(long = "type", default_value = "front", conflicts_with = "all")]
         picture_type: String,
+        /// Remove every picture of the track.
         #[arg(long)]
         all: bool,
     },
