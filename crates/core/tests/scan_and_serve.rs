@@ -355,6 +355,43 @@ fn damaged_files_are_refused_with_a_reason() {
     assert!(err.to_string().contains("fails its checksum"), "{err}");
 }
 
+/// The tagged Ogg fixture and where its one audio page starts.
+fn ogg_fixture() -> (Vec<u8>, usize) {
+    let fixture = std::fs::read(fixtures().join("tagged.ogg")).unwrap();
+    let last = *ogg_page_starts(&fixture).last().unwrap();
+    (fixture, last)
+}
+
+/// A copy of the fixture's audio page (from `last`) with another sequence
+/// number and flags, its checksum made right.
+fn fixture_audio_page(fixture: &[u8], last: usize, seq: u32, flags: u8) -> Vec<u8> {
+    let mut page = fixture[last..].to_vec();
+    page[5] = flags;
+    page[18..22].copy_from_slice(&seq.to_le_bytes());
+    page[22..26].fill(0);
+    let sum = ogg_crc(&page);
+    page[22..26].copy_from_slice(&sum.to_le_bytes());
+    page
+}
+
+/// Scans `bytes` as the file `name` in `dir` (the only file there), gives
+/// its track a comment over one page long (so every Ogg audio page gets a
+/// new number) and reads the served file whole.
+fn served_with_a_long_comment(dir: &Path, name: &str, bytes: &[u8]) -> (Library, i64, Vec<u8>) {
+    std::fs::write(dir.join(name), bytes).unwrap();
+    let db_path = dir.join("store.db");
+    let mut db = Store::open(&db_path).unwrap();
+    let summary = scan(&mut db, &opts(dir, false), &|_| {}).unwrap();
+    assert_eq!((summary.added, summary.failed), (1, 0));
+    let track_id = db.tracks().unwrap()[0].id;
+    let tx = db.write().unwrap();
+    store::set_tag(&tx, track_id, "comment", &["x".repeat(70_000)]).unwrap();
+    tx.commit().unwrap();
+    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    let served = read_all(&lib, file_ino(track_id));
+    (lib, track_id, served)
+}
+
 /// Damage inside the audio is served as it is: a page whose checksum was
 /// wrong is still wrong after renumbering (a decoder skips it, as it does
 /// in the backing file), every other page is right.
@@ -363,33 +400,13 @@ fn a_damaged_ogg_audio_page_stays_damaged() {
     let dir = tempfile::tempdir().unwrap();
     // The fixture has one audio page; put a damaged copy of it before it
     // (a damaged last page makes the file be served byte-identical).
-    let fixture = std::fs::read(fixtures().join("tagged.ogg")).unwrap();
-    let last = *ogg_page_starts(&fixture).last().unwrap();
-    let with_seq = |seq: u32, flags: u8| {
-        let mut page = fixture[last..].to_vec();
-        page[5] = flags;
-        page[18..22].copy_from_slice(&seq.to_le_bytes());
-        page[22..26].fill(0);
-        let sum = ogg_crc(&page);
-        page[22..26].copy_from_slice(&sum.to_le_bytes());
-        page
-    };
+    let (fixture, last) = ogg_fixture();
+    let with_seq = |seq: u32, flags: u8| fixture_audio_page(&fixture, last, seq, flags);
     let mut damaged = with_seq(2, 0);
     let end = damaged.len() - 10;
     damaged[end] ^= 0x01;
     let ogg = [&fixture[..last], &damaged, &with_seq(3, fixture[last + 5])].concat();
-    std::fs::write(dir.path().join("damaged.ogg"), &ogg).unwrap();
-    let db_path = dir.path().join("store.db");
-    let mut db = Store::open(&db_path).unwrap();
-    scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
-    let track = &db.tracks().unwrap()[0];
-    // A comment over one page long: the audio pages get new numbers.
-    let tx = db.write().unwrap();
-    store::set_tag(&tx, track.id, "comment", &["x".repeat(70_000)]).unwrap();
-    tx.commit().unwrap();
-
-    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
-    let served = read_all(&lib, file_ino(track.id));
+    let (lib, track_id, served) = served_with_a_long_comment(dir.path(), "damaged.ogg", &ogg);
     let starts = ogg_page_starts(&served);
     assert_eq!(
         bad_ogg_pages(&served, "damaged.ogg"),
@@ -397,7 +414,7 @@ fn a_damaged_ogg_audio_page_stays_damaged() {
     );
     // A read that starts inside the damaged page (after reads further on)
     // finds the page.
-    let file = lib.open(file_ino(track.id)).unwrap();
+    let file = lib.open(file_ino(track_id)).unwrap();
     let inside = starts[starts.len() - 2] + 100;
     let mut buf = Vec::new();
     let got = lib.read(&file, inside as u64, 4096, &mut buf).unwrap();
@@ -411,17 +428,8 @@ fn a_damaged_ogg_audio_page_stays_damaged() {
 #[test]
 fn damage_between_ogg_pages_is_served_as_it_is() {
     let dir = tempfile::tempdir().unwrap();
-    let fixture = std::fs::read(fixtures().join("tagged.ogg")).unwrap();
-    let last = *ogg_page_starts(&fixture).last().unwrap();
-    let audio_page = |seq: u32, flags: u8| {
-        let mut page = fixture[last..].to_vec();
-        page[5] = flags;
-        page[18..22].copy_from_slice(&seq.to_le_bytes());
-        page[22..26].fill(0);
-        let sum = ogg_crc(&page);
-        page[22..26].copy_from_slice(&sum.to_le_bytes());
-        page
-    };
+    let (fixture, last) = ogg_fixture();
+    let audio_page = |seq: u32, flags: u8| fixture_audio_page(&fixture, last, seq, flags);
     let count = 400;
     let page_len = fixture.len() - last;
     let mut audio: Vec<u8> = (0..count)
@@ -430,23 +438,8 @@ fn damage_between_ogg_pages_is_served_as_it_is() {
     // From the middle of one page over the headers of the next three.
     let damage = 200 * page_len + 600;
     audio[damage..damage + 3 * page_len].fill(0);
-    std::fs::write(
-        dir.path().join("long.ogg"),
-        [&fixture[..last], &audio[..]].concat(),
-    )
-    .unwrap();
-    let db_path = dir.path().join("store.db");
-    let mut db = Store::open(&db_path).unwrap();
-    let summary = scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
-    assert_eq!((summary.added, summary.failed), (1, 0));
-    let track = &db.tracks().unwrap()[0];
-    // A comment over one page long: the audio pages get new numbers.
-    let tx = db.write().unwrap();
-    store::set_tag(&tx, track.id, "comment", &["x".repeat(70_000)]).unwrap();
-    tx.commit().unwrap();
-
-    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
-    let served = read_all(&lib, file_ino(track.id));
+    let ogg = [&fixture[..last], &audio[..]].concat();
+    let (lib, track_id, served) = served_with_a_long_comment(dir.path(), "long.ogg", &ogg);
     let served_audio = &served[served.len() - audio.len()..];
     let seq = |page: &[u8]| u32::from_le_bytes(page[18..22].try_into().unwrap());
     let delta = seq(served_audio) - seq(&audio);
@@ -473,7 +466,7 @@ fn damage_between_ogg_pages_is_served_as_it_is() {
         "served audio differs from the expected bytes"
     );
     // A read that starts inside the damage, on a fresh handle.
-    let file = lib.open(file_ino(track.id)).unwrap();
+    let file = lib.open(file_ino(track_id)).unwrap();
     let inside = served.len() - audio.len() + damage + page_len;
     let mut buf = Vec::new();
     let got = lib.read(&file, inside as u64, 5000, &mut buf).unwrap();

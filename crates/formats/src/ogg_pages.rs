@@ -892,24 +892,37 @@ mod tests {
             let serial = Arc::new(StreamSerial::new(prefix.len() as u64));
             AudioPages::new(prefix.len() as u64, audio_len, 7, serial)
         };
+        reads_match(pages, &expected, &src, 3000, 101);
+    }
+
+    /// Reads of `expected.len()` bytes of audio pages at random offsets and
+    /// lengths, each from a fresh `AudioPages` and from one shared by all,
+    /// then every `step` bytes from the shared one, give `expected`.
+    fn reads_match(
+        pages: impl Fn() -> AudioPages,
+        expected: &[u8],
+        src: &dyn SegmentSource,
+        rounds: usize,
+        step: usize,
+    ) {
         let check = |pages: &AudioPages, pos: usize, len: usize| {
             let len = len.min(expected.len() - pos);
             let mut out = vec![0u8; len];
-            pages.read(pos as u64, &mut out, &src).unwrap();
-            assert_eq!(out, expected[pos..pos + len], "{len} bytes at {pos}");
+            pages.read(pos as u64, &mut out, src).unwrap();
+            assert!(out == expected[pos..pos + len], "{len} bytes at {pos}");
         };
         let shared = pages();
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..3000 {
+        for _ in 0..rounds {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
-            let pos = (seed % audio_len) as usize;
+            let pos = (seed % expected.len() as u64) as usize;
             let len = 1 + (seed >> 32) as usize % 40_000;
             check(&shared, pos, len);
             check(&pages(), pos, len);
         }
-        for pos in (0..expected.len()).step_by(101) {
+        for pos in (0..expected.len()).step_by(step) {
             check(&shared, pos, 3000);
         }
     }
@@ -956,26 +969,7 @@ mod tests {
         let prefix = [0x4f; 40];
         let src = Bytes([&prefix[..], &backing[..]].concat());
         let audio = || AudioPages::new(40, expected.len() as u64, 5, Arc::new(StreamSerial::new(40)));
-        let check = |pages: &AudioPages, pos: usize, len: usize| {
-            let len = len.min(expected.len() - pos);
-            let mut out = vec![0u8; len];
-            pages.read(pos as u64, &mut out, &src).unwrap();
-            assert!(out == expected[pos..pos + len], "{len} bytes at {pos}");
-        };
-        let shared = audio();
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        for _ in 0..600 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let pos = (seed % expected.len() as u64) as usize;
-            let len = 1 + (seed >> 32) as usize % 40_000;
-            check(&shared, pos, len);
-            check(&audio(), pos, len);
-        }
-        for pos in (0..expected.len()).step_by(1999) {
-            check(&shared, pos, 3000);
-        }
+        reads_match(audio, &expected, &src, 600, 1999);
     }
 
     /// A backing file in memory that counts the bytes read from it.
