@@ -167,8 +167,9 @@ pub fn probe(src: &Source<'_>, format: Format) -> Result<Probe> {
 
 /// How many bytes of audio pages a scan walks from the first audio page,
 /// and how many it checks at the end of the file. The pages between are
-/// walked when they are read (a page out of place there fails that read):
-/// a first scan must not read a whole library of Ogg files.
+/// walked when they are read (damage there is served as it is, see
+/// `ogg_pages::AudioPages`): a first scan must not read a whole library of
+/// Ogg files.
 const WALKED_FIRST: u64 = 64 << 10;
 const CHECKED_LAST: u64 = 128 << 10;
 

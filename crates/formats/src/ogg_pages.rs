@@ -282,6 +282,8 @@ impl Computed for HeaderPage {
 
 /// The original audio pages, from `offset` to the end of the file, with
 /// `seq_delta` added to each sequence number and the checksum recomputed.
+/// Bytes that are no page of the stream (damage the scan did not look at)
+/// are served as they are, up to the next checked page (`damage_end`).
 ///
 /// Page boundaries are found by walking the page chain forward from a
 /// known page start (the first audio page, or one an earlier read walked
