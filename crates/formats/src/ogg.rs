@@ -233,8 +233,8 @@ fn walk_pages(
                 "page sequence numbers do not follow the header pages".into(),
             ));
         }
-        match page_len(h) {
-            Some(len) if pos + len <= size => pos += len,
+        match ogg_pages::declared_page_len(h, 0) {
+            Some(len) if pos + len as u64 <= size => pos += len as u64,
             _ => return Err(runs_past_the_end(pos)),
         }
     }
@@ -293,10 +293,10 @@ fn follow_pages(tail: &[u8], start: usize, from: u64, serial: u32) -> ChainEnd {
         if !h.starts_with(b"OggS\0") {
             return ChainEnd::NotAPage(pos);
         }
-        match page_len(h) {
-            Some(len) if len <= h.len() as u64 => {
+        match ogg_pages::declared_page_len(h, 0) {
+            Some(len) if len <= h.len() => {
                 problem = problem.or_else(|| stream_problem(h, from + pos as u64, serial));
-                pos += len as usize;
+                pos += len;
             }
             _ => return ChainEnd::CutShort(pos),
         }
@@ -316,14 +316,6 @@ fn stream_problem(h: &[u8], pos: u64, serial: u32) -> Option<String> {
         });
     }
     bos.then(|| format!("a second logical stream begins at offset {pos}"))
-}
-
-/// The length of the page whose header starts `h`, if its header and
-/// lacing values are all there.
-fn page_len(h: &[u8]) -> Option<u64> {
-    let segments = *h.get(26)? as usize;
-    let lacing = h.get(PAGE_HEADER_LEN as usize..PAGE_HEADER_LEN as usize + segments)?;
-    Some(PAGE_HEADER_LEN + segments as u64 + lacing.iter().map(|&l| u64::from(l)).sum::<u64>())
 }
 
 fn not_a_page(pos: u64) -> String {

@@ -46,7 +46,7 @@ fn invalid(msg: String) -> io::Error {
 
 /// Length of the page whose header (and lacing) starts `window[at..]`, if
 /// it is a page header; the page may run past the window.
-fn declared_page_len(window: &[u8], at: usize) -> Option<usize> {
+pub fn declared_page_len(window: &[u8], at: usize) -> Option<usize> {
     let h = window.get(at..at + HEADER_LEN)?;
     if &h[..5] != b"OggS\0" {
         return None;
@@ -501,7 +501,8 @@ impl KnownStarts {
 /// What starts at `bytes[p..]`, as a walk of the audio pages sees it.
 enum Unit {
     /// A page of this stream, `len` bytes long, followed by the header of
-    /// another page of this stream or by the end of the stream.
+    /// another page of this stream or by the end of the stream, or whole
+    /// by its checksum.
     Page(usize),
     /// Bytes that are no such page: damage, up to the next checked page.
     Damage,
