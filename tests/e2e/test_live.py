@@ -44,6 +44,33 @@ def test_cli_edit_shows_up_without_remount(store, library, mount):
     assert "refresh: 1 track(s) changed" in log, log
 
 
+def test_a_file_of_the_mount_is_edited_by_its_path_there(tmp_path, store, library, mount):
+    m = mount(store)
+    flac = export(store)[str(library / "tagged.flac")]
+    served = os.path.join(m.mnt, flac["path"])
+    # No --db: the mount names its store, the file's inode its track.
+    assert run("tag", "get", served, "title").stdout == "title=%s\n" % flac["tags"]["title"][0]
+    run("tag", "set", served, "title=Named Through The Mount")
+    moved = os.path.join(os.path.dirname(served), "03 Named Through The Mount.flac")
+    wait_for(lambda: os.path.exists(moved))
+    assert export(store)[str(library / "tagged.flac")]["tags"]["title"] == ["Named Through The Mount"]
+    run("art", "set", moved, str(library / "cover.png"))
+    assert export(store)[str(library / "tagged.flac")]["art"]
+    # Another store of the same library holds the same track ids: refused,
+    # so that an edit never lands on another store's track.
+    other = tmp_path / "other.db"
+    run("scan", str(library), "--db", str(other))
+    p = run("tag", "--db", str(other), "set", moved, "title=Wrong Store", check=False)
+    assert p.returncode == 1 and "is a file of the view of" in p.stderr and str(store) in p.stderr, p.stderr
+    assert "Wrong Store" not in run("export", "--db", str(other)).stdout
+    # The store given is the mount's: fine.
+    run("tag", "--db", str(store), "get", moved, "title")
+    # Without --db, anything but a file of a mounted view is a usage error.
+    for reference in (str(flac["id"]), str(library / "tagged.flac"), os.path.dirname(moved)):
+        p = run("tag", "get", reference, check=False)
+        assert p.returncode == 2 and "--db" in p.stderr, p.stderr
+
+
 def test_raw_sql_edit_per_store_contract_shows_up(store, mount):
     m = mount(store)
     tracks = export(store)

@@ -377,6 +377,9 @@ def test_an_ordinary_user_mounts_through_fusermount3(tmp_path, library):
         assert listing.returncode == 0 and listing.stdout.count("\n") >= 8, listing.stderr
         first = listing.stdout.splitlines()[0]
         assert subprocess.run(as_nobody + ["cat", first], capture_output=True).returncode == 0
+        # A mount made through fusermount3 names its store too.
+        title = subprocess.run(as_nobody + [BIN, "tag", "get", first, "title"], capture_output=True, text=True)
+        assert title.returncode == 0 and title.stdout.startswith("title="), title.stderr
         subprocess.run(as_nobody + ["fusermount3", "-u", mnt], check=True)
         assert daemon.wait(timeout=20) == 0
     finally:

@@ -50,15 +50,15 @@ are closed, then exits; a second signal stops it at once."
 }
 
 impl Command {
-    /// The store the command works on.
-    pub fn db(&self) -> &Path {
+    /// The store the command works on, when given.
+    pub fn db(&self) -> Option<&Path> {
         match self {
-            Command::Scan(a) => &a.db,
-            Command::Mount(a) => &a.db,
-            Command::Export(a) => &a.db,
-            Command::Tag(a) => &a.db,
-            Command::Art(a) => &a.db,
-            Command::Import(a) => &a.db,
+            Command::Scan(a) => Some(&a.db),
+            Command::Mount(a) => Some(&a.db),
+            Command::Export(a) => Some(&a.db),
+            Command::Tag(a) => a.db.as_deref(),
+            Command::Art(a) => a.db.as_deref(),
+            Command::Import(a) => Some(&a.db),
         }
     }
 }
@@ -207,9 +207,10 @@ pub struct ExportArgs {
 
 #[derive(Args)]
 pub struct TagArgs {
-    /// The store to read or edit.
+    /// The store to read or edit. Not needed when the track is named by its file in
+    /// a mounted view: the mount names its store.
     #[arg(long)]
-    pub db: PathBuf,
+    pub db: Option<PathBuf>,
     #[command(subcommand)]
     pub action: TagAction,
 }
@@ -218,14 +219,16 @@ pub struct TagArgs {
 pub enum TagAction {
     /// Print a track's tags (all, or the given keys) as KEY=VALUE lines.
     Get {
-        /// The track: its id (as `export` prints it) or its file in the library.
+        /// The track: its id (as `export` prints it), its file in the library, or
+        /// its file in a mounted view.
         track: String,
         /// Keys to print (all when none is given).
         keys: Vec<String>,
     },
     /// Replace keys: `title=New` (repeat a key for several values).
     Set {
-        /// The track: its id (as `export` prints it) or its file in the library.
+        /// The track: its id (as `export` prints it), its file in the library, or
+        /// its file in a mounted view.
         track: String,
         /// KEY=VALUE pairs.
         #[arg(required = true)]
@@ -233,7 +236,8 @@ pub enum TagAction {
     },
     /// Append values: `genre=Jazz`.
     Add {
-        /// The track: its id (as `export` prints it) or its file in the library.
+        /// The track: its id (as `export` prints it), its file in the library, or
+        /// its file in a mounted view.
         track: String,
         /// KEY=VALUE pairs.
         #[arg(required = true)]
@@ -241,7 +245,8 @@ pub enum TagAction {
     },
     /// Remove keys (`comment`) or single values (`genre=Jazz`).
     Rm {
-        /// The track: its id (as `export` prints it) or its file in the library.
+        /// The track: its id (as `export` prints it), its file in the library, or
+        /// its file in a mounted view.
         track: String,
         /// Keys (`comment`) or single values (`genre=Jazz`).
         #[arg(required = true)]
@@ -251,9 +256,10 @@ pub enum TagAction {
 
 #[derive(Args)]
 pub struct ArtArgs {
-    /// The store to edit.
+    /// The store to edit. Not needed when the track is named by its file in
+    /// a mounted view: the mount names its store.
     #[arg(long)]
-    pub db: PathBuf,
+    pub db: Option<PathBuf>,
     #[command(subcommand)]
     pub action: ArtAction,
 }
@@ -262,7 +268,8 @@ pub struct ArtArgs {
 pub enum ArtAction {
     /// Set the picture of a type (replacing one of that type) from an image file.
     Set {
-        /// The track: its id (as `export` prints it) or its file in the library.
+        /// The track: its id (as `export` prints it), its file in the library, or
+        /// its file in a mounted view.
         track: String,
         /// The image file: JPEG, PNG, GIF, BMP or WebP.
         image: PathBuf,
@@ -272,7 +279,8 @@ pub enum ArtAction {
     },
     /// Remove the pictures of a type (all pictures with --all).
     Rm {
-        /// The track: its id (as `export` prints it) or its file in the library.
+        /// The track: its id (as `export` prints it), its file in the library, or
+        /// its file in a mounted view.
         track: String,
         /// Picture type to remove: front, back, leaflet, media, artist, other, or 0-20.
         #[arg(long = "type", default_value = "front", conflicts_with = "all")]

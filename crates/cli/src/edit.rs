@@ -1,8 +1,12 @@
 //! `retagfs tag` and `retagfs art`: edits through the store's contract.
 
-use anyhow::Context;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use anyhow::{bail, Context};
 use retagfs_formats::{image_info, keys};
-use retagfs_store::{self as store, NewArt};
+use retagfs_fuse::mounted::{self, ServedFile};
+use retagfs_store::{self as store, NewArt, TrackRow};
 
 use crate::args::{ArtAction, ArtArgs, TagAction, TagArgs};
 use crate::UsageError;
@@ -69,16 +73,78 @@ fn pairs(raw: &[String]) -> Result<Vec<(String, Vec<String>)>, UsageError> {
     Ok(out)
 }
 
+/// The store to edit and the track `reference` names in it: a file of a
+/// mounted view names both (its mount names the store, its inode the
+/// track); an id or a library path is looked up in `--db`.
+fn locate(db: Option<&Path>, reference: &str) -> anyhow::Result<(store::Store, TrackRow)> {
+    // A reference that is no path at all (a track id) is not a served file.
+    let served = mounted::served_file(Path::new(reference)).ok().flatten();
+    let Some(served) = served else {
+        let Some(db) = db else {
+            return Err(UsageError(format!(
+                "give the store with --db: {reference:?} is not a file of a mounted view \
+                 (only such a file names its store)"
+            ))
+            .into());
+        };
+        let db_store = crate::open_existing(db)?;
+        let track = db_store.resolve_track(reference)?;
+        return Ok((db_store, track));
+    };
+    let db = store_of_view(db, &served, reference)?;
+    let db_store = crate::open_existing(&db)?;
+    let track = db_store.track(served.track_id)?.with_context(|| {
+        format!(
+            "{reference} is track {} of the view at {}, which {} does not hold \
+             (was the store replaced since it was mounted?)",
+            served.track_id,
+            served.mount_point.display(),
+            db.display()
+        )
+    })?;
+    Ok((db_store, track))
+}
+
+/// The store of the view serving `reference`: the one its mount names,
+/// which `--db`, if given, must be.
+fn store_of_view(
+    db: Option<&Path>,
+    served: &ServedFile,
+    reference: &str,
+) -> anyhow::Result<std::path::PathBuf> {
+    match (db, &served.store) {
+        (Some(given), Some(named)) if !same_file(given, named) => bail!(
+            "{reference} is a file of the view of {}, not of {}: give that store, or no --db",
+            named.display(),
+            given.display()
+        ),
+        (Some(given), _) => Ok(given.to_path_buf()),
+        (None, Some(named)) => Ok(named.clone()),
+        (None, None) => Err(UsageError(format!(
+            "the view at {} does not name its store (mounted by an older retagfs, or the \
+             store's path holds `,` or `\\`): give it with --db",
+            served.mount_point.display()
+        ))
+        .into()),
+    }
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
+}
+
 /// Applies `KEY=VALUE` pairs to a track with `set_tag` or `add_tag`, in
 /// one transaction.
 fn edit_pairs(
     db: &mut store::Store,
-    track: &str,
+    id: i64,
     raw: &[String],
     apply: fn(&store::Transaction<'_>, i64, &str, &[String]) -> store::Result<()>,
 ) -> anyhow::Result<()> {
     let edits = pairs(raw)?;
-    let id = db.resolve_track(track)?.id;
     let tx = db.write()?;
     for (k, values) in &edits {
         apply(&tx, id, k, values)?;
@@ -88,10 +154,13 @@ fn edit_pairs(
 }
 
 pub fn tag(a: TagArgs) -> anyhow::Result<()> {
-    let mut db = crate::open_existing(&a.db)?;
+    let (TagAction::Get { track, .. }
+    | TagAction::Set { track, .. }
+    | TagAction::Add { track, .. }
+    | TagAction::Rm { track, .. }) = &a.action;
+    let (mut db, t) = locate(a.db.as_deref(), track)?;
     match a.action {
-        TagAction::Get { track, keys: wanted } => {
-            let t = db.resolve_track(&track)?;
+        TagAction::Get { keys: wanted, .. } => {
             let wanted: Vec<String> = wanted.iter().map(|k| key(k)).collect::<Result<_, _>>()?;
             for (k, v) in db.tags(t.id)? {
                 if wanted.is_empty() || wanted.contains(&k) {
@@ -99,10 +168,10 @@ pub fn tag(a: TagArgs) -> anyhow::Result<()> {
                 }
             }
         }
-        TagAction::Set { track, pairs: raw } => edit_pairs(&mut db, &track, &raw, store::set_tag)?,
-        TagAction::Add { track, pairs: raw } => edit_pairs(&mut db, &track, &raw, store::add_tag)?,
-        TagAction::Rm { track, keys: raw } => {
-            let id = db.resolve_track(&track)?.id;
+        TagAction::Set { pairs: raw, .. } => edit_pairs(&mut db, t.id, &raw, store::set_tag)?,
+        TagAction::Add { pairs: raw, .. } => edit_pairs(&mut db, t.id, &raw, store::add_tag)?,
+        TagAction::Rm { keys: raw, .. } => {
+            let id = t.id;
             let current = db.tags(id)?;
             let tx = db.write()?;
             for item in &raw {
@@ -127,12 +196,14 @@ pub fn tag(a: TagArgs) -> anyhow::Result<()> {
 }
 
 pub fn art(a: ArtArgs) -> anyhow::Result<()> {
-    let mut db = crate::open_existing(&a.db)?;
+    let (ArtAction::Set { track, .. } | ArtAction::Rm { track, .. }) = &a.action;
+    let (mut db, t) = locate(a.db.as_deref(), track)?;
+    let id = t.id;
     match a.action {
         ArtAction::Set {
-            track,
             image,
             picture_type: t,
+            ..
         } => {
             let t = picture_type(&t)?;
             let data = std::fs::read(&image).with_context(|| format!("reading {}", image.display()))?;
@@ -142,7 +213,6 @@ pub fn art(a: ArtArgs) -> anyhow::Result<()> {
                     image.display()
                 ))
             })?;
-            let id = db.resolve_track(&track)?.id;
             let tx = db.write()?;
             let sha = store::set_art(
                 &tx,
@@ -160,12 +230,9 @@ pub fn art(a: ArtArgs) -> anyhow::Result<()> {
             println!("{sha}");
         }
         ArtAction::Rm {
-            track,
-            picture_type: t,
-            all,
+            picture_type: t, all, ..
         } => {
             let t = if all { None } else { Some(picture_type(&t)?) };
-            let id = db.resolve_track(&track)?.id;
             let tx = db.write()?;
             let n = store::remove_art(&tx, id, t)?;
             tx.commit()?;

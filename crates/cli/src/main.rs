@@ -108,7 +108,7 @@ fn main() -> ExitCode {
     keep_c_heap();
     let cli = Cli::parse();
     init_logging(cli.verbose);
-    let db = cli.command.db().to_path_buf();
+    let db = cli.command.db().map(Path::to_path_buf);
     let result = match cli.command {
         Command::Scan(a) => scan::run(a),
         Command::Mount(a) => mount::run(a),
@@ -123,7 +123,10 @@ fn main() -> ExitCode {
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("retagfs: error: {e:#}");
-            if let Some(hint) = retagfs_store::storage_hint(e.as_ref(), &db) {
+            if let Some(hint) = db
+                .as_deref()
+                .and_then(|db| retagfs_store::storage_hint(e.as_ref(), db))
+            {
                 eprintln!("retagfs: {hint}");
             }
             if e.downcast_ref::<UsageError>().is_some() {

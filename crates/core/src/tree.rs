@@ -137,6 +137,12 @@ pub fn file_ino(track_id: i64) -> u64 {
     FILE_INO_BASE + track_id as u64
 }
 
+/// The track a file inode serves ([`file_ino`] undone); `None` for the
+/// root and directory inodes.
+pub fn track_of_file_ino(ino: u64) -> Option<i64> {
+    (ino > FILE_INO_BASE && ino < DIR_BIT).then(|| (ino - FILE_INO_BASE) as i64)
+}
+
 /// Cleans one path component: control characters become spaces, `/` and
 /// NUL cannot appear, a leading dot (hidden file) becomes `_`, surrounding
 /// whitespace goes. `None` for a component that is empty, `.` or `..`.
@@ -548,6 +554,13 @@ mod tests {
                 content_version: 1,
             },
         }
+    }
+
+    #[test]
+    fn file_inodes_name_their_track() {
+        assert_eq!(track_of_file_ino(file_ino(7)), Some(7));
+        assert_eq!(track_of_file_ino(ROOT_INO), None);
+        assert_eq!(track_of_file_ino(DIR_BIT | 7), None);
     }
 
     #[test]

@@ -22,6 +22,7 @@ use server::Server;
 
 mod backing;
 mod dev_fuse;
+pub mod mounted;
 mod open_inodes;
 mod server;
 mod uring;
@@ -126,7 +127,7 @@ impl Mount {
         let mut options = Config::default();
         options.mount_options = vec![
             MountOption::RO,
-            MountOption::FSName("retagfs".into()),
+            MountOption::FSName(mounted::source_for(lib.db_path())),
             MountOption::Subtype("retagfs".into()),
             MountOption::DefaultPermissions,
             MountOption::NoDev,

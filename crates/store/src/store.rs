@@ -43,7 +43,9 @@ pub enum StoreError {
     TooNew { path: String, found: i64 },
     #[error("{path} is not a retagfs store (run `retagfs scan` to create one)")]
     NotAStore { path: String },
-    #[error("no track matches {0:?} (give a track id or the backing file's path)")]
+    #[error(
+        "no track matches {0:?} (give a track id, the backing file's path or the file in a mounted view)"
+    )]
     NoSuchTrack(String),
     #[error("no art with sha256 {0}")]
     NoSuchArt(String),

@@ -1,0 +1,166 @@
+//! Which store and track a file of a mounted view is, for commands given
+//! a path through the mount (what a user browsing it has at hand).
+//!
+//! A mount names its store in its source (`retagfs:/path/to/music.db`, as
+//! `findmnt` and `df` show it), and a served file's inode number is derived
+//! from its track id, so neither needs a request to the daemon.
+
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use retagfs_core::tree::track_of_file_ino;
+
+/// The source of every retagfs mount starts with this.
+const SOURCE: &str = "retagfs";
+
+/// A file served by a mounted view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedFile {
+    /// Where the view is mounted.
+    pub mount_point: PathBuf,
+    /// The store the view serves; `None` when the mount does not say (a
+    /// store path holding `,` or `\`, which mount options cannot carry).
+    pub store: Option<PathBuf>,
+    pub track_id: i64,
+}
+
+/// The source a mount of `db` carries: `retagfs:` and the store's full
+/// path when mount options can carry it, else `retagfs`.
+pub(crate) fn source_for(db: &Path) -> String {
+    let full = std::fs::canonicalize(db).unwrap_or_else(|_| db.to_path_buf());
+    match full.to_str() {
+        Some(p) if !p.contains([',', '\\']) => format!("{SOURCE}:{p}"),
+        _ => SOURCE.to_string(),
+    }
+}
+
+/// The mounted view serving `path`, when `path` is a file of one; `None`
+/// for anything else (a library file, a folder of the view, a path on
+/// another file system). Errors are those of `stat` on `path`.
+pub fn served_file(path: &Path) -> io::Result<Option<ServedFile>> {
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Ok(None);
+    }
+    let Some(track_id) = track_of_file_ino(meta.ino()) else {
+        return Ok(None);
+    };
+    // No mount table (no /proc): nothing can be told.
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Ok(None);
+    };
+    let dev = meta.dev();
+    Ok(
+        view_on_device(&table, libc::major(dev), libc::minor(dev)).map(|(mount_point, store)| ServedFile {
+            mount_point,
+            store,
+            track_id,
+        }),
+    )
+}
+
+/// The mount point and store of the retagfs view on device
+/// `major:minor`, from the text of `/proc/self/mountinfo`.
+fn view_on_device(mountinfo: &str, major: u32, minor: u32) -> Option<(PathBuf, Option<PathBuf>)> {
+    let device = format!("{major}:{minor}");
+    mountinfo.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        // id, parent, major:minor, root, mount point, options, optional
+        // fields up to "-", then type, source, super options.
+        let dash = fields.iter().position(|&f| f == "-")?;
+        let (fs_type, source) = (fields.get(dash + 1)?, unescape(fields.get(dash + 2)?));
+        let is_view = matches!(*fs_type, "fuse" | "fuse.retagfs")
+            && (source == SOURCE || source.starts_with(&format!("{SOURCE}:")));
+        if fields.get(2) != Some(&device.as_str()) || !is_view {
+            return None;
+        }
+        let store = source
+            .strip_prefix(&format!("{SOURCE}:"))
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from);
+        Some((PathBuf::from(unescape(fields.get(4)?)), store))
+    })
+}
+
+/// A mountinfo field with its octal escapes (`\040` for a space) undone.
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match octal {
+            Some(d) if bytes[i] == b'\\' => {
+                out.push(
+                    d.iter()
+                        .fold(0u8, |n, b| n.wrapping_mul(8).wrapping_add(b - b'0')),
+                );
+                i += 4;
+            }
+            _ => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TABLE: &str = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+44 22 0:39 / /home/me/clean\\040view ro,nosuid,nodev,relatime - fuse retagfs:/home/me/my\\040music.db ro,user_id=0
+45 22 0:40 / /mnt/other ro,nosuid - fuse.sshfs me@host:/music rw
+46 22 0:41 / /mnt/old ro,nosuid - fuse.retagfs retagfs rw
+47 22 0:42 / /mnt/look-alike ro - fuse retagfsx:/a.db rw
+";
+
+    #[test]
+    fn a_view_is_found_by_its_device_with_its_store() {
+        assert_eq!(
+            view_on_device(TABLE, 0, 39),
+            Some((
+                PathBuf::from("/home/me/clean view"),
+                Some(PathBuf::from("/home/me/my music.db"))
+            ))
+        );
+    }
+
+    #[test]
+    fn a_view_that_does_not_name_its_store_is_still_a_view() {
+        assert_eq!(
+            view_on_device(TABLE, 0, 41),
+            Some((PathBuf::from("/mnt/old"), None))
+        );
+    }
+
+    #[test]
+    fn other_file_systems_are_not_views() {
+        assert_eq!(view_on_device(TABLE, 8, 1), None);
+        assert_eq!(view_on_device(TABLE, 0, 40), None);
+        assert_eq!(view_on_device(TABLE, 0, 42), None);
+        assert_eq!(view_on_device(TABLE, 0, 99), None);
+        assert_eq!(view_on_device("garbage\n\n- -\n", 0, 39), None);
+    }
+
+    #[test]
+    fn the_source_names_the_full_store_path_when_options_can_carry_it() {
+        let dir = std::env::temp_dir();
+        let full = std::fs::canonicalize(&dir).unwrap().join("x.db");
+        assert_eq!(source_for(&full), format!("retagfs:{}", full.display()));
+        assert_eq!(source_for(Path::new("/a,b/x.db")), "retagfs");
+        assert_eq!(source_for(Path::new("/a\\b/x.db")), "retagfs");
+    }
+
+    #[test]
+    fn unescape_undoes_octal_escapes_only() {
+        assert_eq!(unescape("a\\040b\\011c\\134d"), "a b\tc\\d");
+        assert_eq!(unescape("a\\09b\\"), "a\\09b\\");
+    }
+}
