@@ -243,6 +243,25 @@ def test_exit_codes_and_messages(tmp_path, store, library):
     assert p.returncode == 2
 
 
+def test_export_streams_and_a_reader_that_stops_early_is_no_error(tmp_path):
+    lib = tmp_path / "many"
+    lib.mkdir()
+    for i in range(300):
+        shutil.copy(os.path.join(FIXTURES, "tagged.flac"), lib / ("%03d.flac" % i))
+    db = tmp_path / "many.db"
+    run("scan", str(lib), "--db", str(db))
+    full = run("export", "--db", str(db)).stdout
+    tracks = json.loads(full)
+    assert len(tracks) == 300 and len(full) > 256 * 1024
+    assert sorted(t["backing_path"] for t in tracks) == sorted(str(p) for p in lib.iterdir())
+    # `retagfs export | head -c 100`: the pipe closes long before the end.
+    p = subprocess.Popen([BIN, "export", "--db", str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout.read(100) == full.encode()[:100]
+    p.stdout.close()
+    assert p.wait(timeout=20) == 0
+    assert p.stderr.read() == b""
+
+
 def test_a_full_or_read_only_file_system_under_the_store_is_named_as_such(store, tmp_path):
     """SQLite reports a -shm file it cannot grow as "disk I/O error", and
     one it cannot create as "unable to open database file", even to a

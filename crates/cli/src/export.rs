@@ -1,8 +1,12 @@
 //! `retagfs export`: the store as JSON, one object per track.
 
+use std::io::Write;
+
+use serde::ser::{SerializeSeq, Serializer};
 use serde::Serialize;
 
 use retagfs_core::{load_tree, tree, Mode};
+use retagfs_store::TrackBundle;
 use std::collections::BTreeMap;
 
 use crate::args::ExportArgs;
@@ -24,40 +28,62 @@ struct TrackJson {
     art: Vec<ArtJson>,
 }
 
+/// Writes the array one track at a time as the store is read (at 100k
+/// tracks, a list of them all held 100 MB more).
 pub fn run(a: ExportArgs) -> anyhow::Result<()> {
     let config = a.view.config(Mode::Synthesis)?;
     let store = crate::open_existing(&a.db)?;
-    let tracks = store.read_snapshot(|s| {
+    let mut json = serde_json::Serializer::pretty(std::io::BufWriter::new(std::io::stdout().lock()));
+    // The store's reader takes no fallible callback: the first write error
+    // is kept, and nothing more is written after it.
+    let mut failed: Option<serde_json::Error> = None;
+    store.read_snapshot(|s| {
         let (tree, count) = load_tree(s, &config)?;
-        let mut tracks = Vec::with_capacity(count);
-        s.for_each_track(|b| {
-            let mut tags: BTreeMap<String, Vec<String>> = BTreeMap::new();
-            for (k, v) in b.tags {
-                tags.entry(k).or_default().push(v);
+        let mut seq = match (&mut json).serialize_seq(Some(count)) {
+            Ok(seq) => seq,
+            Err(e) => {
+                failed = Some(e);
+                return Ok(());
             }
-            tracks.push(TrackJson {
-                id: b.track.id,
-                path: tree.path(tree::file_ino(b.track.id)).unwrap_or_default(),
-                backing_path: b.track.backing_path,
-                format: b.track.format.as_str(),
-                tags,
-                art: b
-                    .art
-                    .into_iter()
-                    .map(|l| ArtJson {
-                        sha256: l.sha256,
-                        mime: l.mime,
-                        picture_type: l.picture_type,
-                    })
-                    .collect(),
-            })
+        };
+        s.for_each_track(|b| {
+            if failed.is_none() {
+                failed = seq.serialize_element(&track_json(&tree, b)).err();
+            }
         })?;
-        Ok(tracks)
+        if failed.is_none() {
+            failed = seq.end().err();
+        }
+        Ok(())
     })?;
-    let stdout = std::io::stdout().lock();
-    let mut w = std::io::BufWriter::new(stdout);
-    serde_json::to_writer_pretty(&mut w, &tracks)?;
-    use std::io::Write;
-    writeln!(w)?;
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+    let mut out = json.into_inner();
+    writeln!(out)?;
+    out.flush()?;
     Ok(())
+}
+
+fn track_json(tree: &tree::Tree, b: TrackBundle) -> TrackJson {
+    let mut tags: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (k, v) in b.tags {
+        tags.entry(k).or_default().push(v);
+    }
+    TrackJson {
+        id: b.track.id,
+        path: tree.path(tree::file_ino(b.track.id)).unwrap_or_default(),
+        backing_path: b.track.backing_path,
+        format: b.track.format.as_str(),
+        tags,
+        art: b
+            .art
+            .into_iter()
+            .map(|l| ArtJson {
+                sha256: l.sha256,
+                mime: l.mime,
+                picture_type: l.picture_type,
+            })
+            .collect(),
+    }
 }
