@@ -61,14 +61,44 @@ def test_a_file_of_the_mount_is_edited_by_its_path_there(tmp_path, store, librar
     other = tmp_path / "other.db"
     run("scan", str(library), "--db", str(other))
     p = run("tag", "--db", str(other), "set", moved, "title=Wrong Store", check=False)
-    assert p.returncode == 1 and "is a file of the view of" in p.stderr and str(store) in p.stderr, p.stderr
+    assert p.returncode == 1 and "is in the view of" in p.stderr and str(store) in p.stderr, p.stderr
     assert "Wrong Store" not in run("export", "--db", str(other)).stdout
     # The store given is the mount's: fine.
     run("tag", "--db", str(store), "get", moved, "title")
-    # Without --db, anything but a file of a mounted view is a usage error.
-    for reference in (str(flac["id"]), str(library / "tagged.flac"), os.path.dirname(moved)):
+    # Without --db, anything outside a mounted view is a usage error.
+    for reference in (str(flac["id"]), str(library / "tagged.flac")):
         p = run("tag", "get", reference, check=False)
         assert p.returncode == 2 and "--db" in p.stderr, p.stderr
+
+
+def test_a_folder_is_edited_with_r_through_the_mount_or_the_library(store, library, mount):
+    m = mount(store)
+    tracks = export(store)
+    album = os.path.join(m.mnt, "Fixture Band", "Fixture Album")
+    in_album = {t["backing_path"] for t in tracks.values() if t["path"].startswith("Fixture Band/Fixture Album/")}
+    assert len(in_album) >= 2
+    p = run("tag", "set", album, "genre=Folder Genre", check=False)
+    assert p.returncode == 2 and "add -r" in p.stderr, p.stderr
+    p = run("tag", "set", "-r", album, "genre=Folder Genre")
+    assert "edited %d track(s)" % len(in_album) in p.stderr, p.stderr
+    run("art", "set", "-r", album, str(library / "cover.png"))
+    after = export(store)
+    for path, t in after.items():
+        assert (t["tags"].get("genre") == ["Folder Genre"]) == (path in in_album), path
+        if path in in_album:
+            assert [a["picture_type"] for a in t["art"]].count(3) == 1, path
+        else:
+            assert t["art"] == tracks[path]["art"], path
+    p = run("tag", "get", "-r", album, check=False)
+    assert p.returncode == 2 and "one track" in p.stderr, p.stderr
+    # A folder of the library names the tracks under it, in the store given.
+    run("tag", "--db", str(store), "add", "-r", str(library / "Some Folder"), "genre=Copied")
+    after = export(store)
+    assert [p for p, t in after.items() if "Copied" in t["tags"].get("genre", [])] == [
+        str(library / "Some Folder" / "copy.flac")
+    ]
+    run("tag", "--db", str(store), "rm", "-r", str(library), "genre")
+    assert all("genre" not in t["tags"] for t in export(store).values())
 
 
 def test_raw_sql_edit_per_store_contract_shows_up(store, mount):

@@ -211,6 +211,10 @@ pub struct TagArgs {
     /// a mounted view: the mount names its store.
     #[arg(long)]
     pub db: Option<PathBuf>,
+    /// Let TRACK be a folder (of the library or of a mounted view): every
+    /// track under it.
+    #[arg(short, long, global = true)]
+    pub recursive: bool,
     #[command(subcommand)]
     pub action: TagAction,
 }
@@ -228,7 +232,7 @@ pub enum TagAction {
     /// Replace keys: `title=New` (repeat a key for several values).
     Set {
         /// The track: its id (as `export` prints it), its file in the library, or
-        /// its file in a mounted view.
+        /// its file in a mounted view (with -r, a folder of either).
         track: String,
         /// KEY=VALUE pairs.
         #[arg(required = true)]
@@ -237,7 +241,7 @@ pub enum TagAction {
     /// Append values: `genre=Jazz`.
     Add {
         /// The track: its id (as `export` prints it), its file in the library, or
-        /// its file in a mounted view.
+        /// its file in a mounted view (with -r, a folder of either).
         track: String,
         /// KEY=VALUE pairs.
         #[arg(required = true)]
@@ -246,7 +250,7 @@ pub enum TagAction {
     /// Remove keys (`comment`) or single values (`genre=Jazz`).
     Rm {
         /// The track: its id (as `export` prints it), its file in the library, or
-        /// its file in a mounted view.
+        /// its file in a mounted view (with -r, a folder of either).
         track: String,
         /// Keys (`comment`) or single values (`genre=Jazz`).
         #[arg(required = true)]
@@ -260,6 +264,10 @@ pub struct ArtArgs {
     /// a mounted view: the mount names its store.
     #[arg(long)]
     pub db: Option<PathBuf>,
+    /// Let TRACK be a folder (of the library or of a mounted view): every
+    /// track under it.
+    #[arg(short, long, global = true)]
+    pub recursive: bool,
     #[command(subcommand)]
     pub action: ArtAction,
 }
@@ -269,7 +277,7 @@ pub enum ArtAction {
     /// Set the picture of a type (replacing one of that type) from an image file.
     Set {
         /// The track: its id (as `export` prints it), its file in the library, or
-        /// its file in a mounted view.
+        /// its file in a mounted view (with -r, a folder of either).
         track: String,
         /// The image file: JPEG, PNG, GIF, BMP or WebP.
         image: PathBuf,
@@ -280,7 +288,7 @@ pub enum ArtAction {
     /// Remove the pictures of a type (all pictures with --all).
     Rm {
         /// The track: its id (as `export` prints it), its file in the library, or
-        /// its file in a mounted view.
+        /// its file in a mounted view (with -r, a folder of either).
         track: String,
         /// Picture type to remove: front, back, leaflet, media, artist, other, or 0-20.
         #[arg(long = "type", default_value = "front", conflicts_with = "all")]

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 use retagfs_formats::{image_info, keys};
-use retagfs_fuse::mounted::{self, ServedFile};
+use retagfs_fuse::mounted::{self, View};
 use retagfs_store::{self as store, NewArt, TrackRow};
 
 use crate::args::{ArtAction, ArtArgs, TagAction, TagArgs};
@@ -73,48 +73,73 @@ fn pairs(raw: &[String]) -> Result<Vec<(String, Vec<String>)>, UsageError> {
     Ok(out)
 }
 
-/// The store to edit and the track `reference` names in it: a file of a
-/// mounted view names both (its mount names the store, its inode the
-/// track); an id or a library path is looked up in `--db`.
-fn locate(db: Option<&Path>, reference: &str) -> anyhow::Result<(store::Store, TrackRow)> {
-    // A reference that is no path at all (a track id) is not a served file.
-    let served = mounted::served_file(Path::new(reference)).ok().flatten();
-    let Some(served) = served else {
-        let Some(db) = db else {
-            return Err(UsageError(format!(
-                "give the store with --db: {reference:?} is not a file of a mounted view \
-                 (only such a file names its store)"
-            ))
-            .into());
-        };
-        let db_store = crate::open_existing(db)?;
-        let track = db_store.resolve_track(reference)?;
-        return Ok((db_store, track));
+/// The store to edit and the tracks `reference` names in it. A file or
+/// folder of a mounted view names both (its mount names the store, its
+/// inodes the tracks); an id, a library file or a library folder is looked
+/// up in `--db`. Folders need `recursive`, and name every track under them.
+fn locate(
+    db: Option<&Path>,
+    reference: &str,
+    recursive: bool,
+) -> anyhow::Result<(store::Store, Vec<TrackRow>)> {
+    let path = Path::new(reference);
+    let is_folder = path.is_dir();
+    if is_folder && !recursive {
+        return Err(UsageError(format!(
+            "{reference} is a folder: add -r to edit every track under it"
+        ))
+        .into());
+    }
+    let tracks = match mounted::view_of(path) {
+        Some(view) => {
+            let db = store_of_view(db, &view, reference)?;
+            let db_store = crate::open_existing(&db)?;
+            let ids = mounted::served_tracks(path).with_context(|| format!("listing {reference}"))?;
+            let tracks = ids
+                .into_iter()
+                .map(|id| {
+                    db_store.track(id)?.with_context(|| {
+                        format!(
+                            "{reference} holds track {id} of the view at {}, which {} does not hold \
+                             (was the store replaced since it was mounted?)",
+                            view.mount_point.display(),
+                            db.display()
+                        )
+                    })
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            (db_store, tracks)
+        }
+        None => {
+            let Some(db) = db else {
+                return Err(UsageError(format!(
+                    "give the store with --db: {reference:?} is not in a mounted view \
+                     (only a view names its store)"
+                ))
+                .into());
+            };
+            let db_store = crate::open_existing(db)?;
+            let tracks = if is_folder {
+                let full = std::fs::canonicalize(path).with_context(|| format!("resolving {reference}"))?;
+                db_store.tracks_under(&full.to_string_lossy())?
+            } else {
+                vec![db_store.resolve_track(reference)?]
+            };
+            (db_store, tracks)
+        }
     };
-    let db = store_of_view(db, &served, reference)?;
-    let db_store = crate::open_existing(&db)?;
-    let track = db_store.track(served.track_id)?.with_context(|| {
-        format!(
-            "{reference} is track {} of the view at {}, which {} does not hold \
-             (was the store replaced since it was mounted?)",
-            served.track_id,
-            served.mount_point.display(),
-            db.display()
-        )
-    })?;
-    Ok((db_store, track))
+    if tracks.1.is_empty() {
+        bail!("no track of the store is under {reference}");
+    }
+    Ok(tracks)
 }
 
-/// The store of the view serving `reference`: the one its mount names,
-/// which `--db`, if given, must be.
-fn store_of_view(
-    db: Option<&Path>,
-    served: &ServedFile,
-    reference: &str,
-) -> anyhow::Result<std::path::PathBuf> {
-    match (db, &served.store) {
+/// The store of `view`: the one its mount names, which `--db`, if given,
+/// must be.
+fn store_of_view(db: Option<&Path>, view: &View, reference: &str) -> anyhow::Result<std::path::PathBuf> {
+    match (db, &view.store) {
         (Some(given), Some(named)) if !same_file(given, named) => bail!(
-            "{reference} is a file of the view of {}, not of {}: give that store, or no --db",
+            "{reference} is in the view of {}, not of {}: give that store, or no --db",
             named.display(),
             given.display()
         ),
@@ -123,7 +148,7 @@ fn store_of_view(
         (None, None) => Err(UsageError(format!(
             "the view at {} does not name its store (mounted by an older retagfs, or the \
              store's path holds `,` or `\\`): give it with --db",
-            served.mount_point.display()
+            view.mount_point.display()
         ))
         .into()),
     }
@@ -136,21 +161,59 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// Applies `KEY=VALUE` pairs to a track with `set_tag` or `add_tag`, in
+/// Applies `KEY=VALUE` pairs to tracks with `set_tag` or `add_tag`, in
 /// one transaction.
 fn edit_pairs(
     db: &mut store::Store,
-    id: i64,
+    ids: &[i64],
     raw: &[String],
     apply: fn(&store::Transaction<'_>, i64, &str, &[String]) -> store::Result<()>,
 ) -> anyhow::Result<()> {
     let edits = pairs(raw)?;
     let tx = db.write()?;
-    for (k, values) in &edits {
-        apply(&tx, id, k, values)?;
+    for &id in ids {
+        for (k, values) in &edits {
+            apply(&tx, id, k, values)?;
+        }
     }
     tx.commit()?;
     Ok(())
+}
+
+/// Removes keys (`comment`) or single values (`genre=Jazz`) from tracks,
+/// in one transaction.
+fn remove_values(db: &mut store::Store, ids: &[i64], raw: &[String]) -> anyhow::Result<()> {
+    let removals = raw
+        .iter()
+        .map(|item| match item.split_once('=') {
+            Some((k, v)) => Ok((key(k)?, Some(v))),
+            None => Ok((key(item)?, None)),
+        })
+        .collect::<Result<Vec<_>, UsageError>>()?;
+    let current = ids.iter().map(|&id| db.tags(id)).collect::<Result<Vec<_>, _>>()?;
+    let tx = db.write()?;
+    for (&id, current) in ids.iter().zip(&current) {
+        for (k, only) in &removals {
+            let keep: Vec<String> = match only {
+                Some(v) => current
+                    .iter()
+                    .filter(|(ck, cv)| ck == k && cv != v)
+                    .map(|(_, cv)| cv.clone())
+                    .collect(),
+                None => Vec::new(),
+            };
+            store::set_tag(&tx, id, k, &keep)?;
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// With `-r`, says how many tracks an edit reached.
+fn report(recursive: bool, what: &str, tracks: usize) {
+    if recursive {
+        eprintln!("{what} {tracks} track(s)");
+    }
 }
 
 pub fn tag(a: TagArgs) -> anyhow::Result<()> {
@@ -158,47 +221,32 @@ pub fn tag(a: TagArgs) -> anyhow::Result<()> {
     | TagAction::Set { track, .. }
     | TagAction::Add { track, .. }
     | TagAction::Rm { track, .. }) = &a.action;
-    let (mut db, t) = locate(a.db.as_deref(), track)?;
+    if matches!(a.action, TagAction::Get { .. }) && Path::new(track).is_dir() {
+        return Err(UsageError(format!("{track} is a folder: `get` prints the tags of one track")).into());
+    }
+    let (mut db, tracks) = locate(a.db.as_deref(), track, a.recursive)?;
+    let ids: Vec<i64> = tracks.iter().map(|t| t.id).collect();
     match a.action {
         TagAction::Get { keys: wanted, .. } => {
             let wanted: Vec<String> = wanted.iter().map(|k| key(k)).collect::<Result<_, _>>()?;
-            for (k, v) in db.tags(t.id)? {
+            for (k, v) in db.tags(ids[0])? {
                 if wanted.is_empty() || wanted.contains(&k) {
                     println!("{k}={v}");
                 }
             }
+            return Ok(());
         }
-        TagAction::Set { pairs: raw, .. } => edit_pairs(&mut db, t.id, &raw, store::set_tag)?,
-        TagAction::Add { pairs: raw, .. } => edit_pairs(&mut db, t.id, &raw, store::add_tag)?,
-        TagAction::Rm { keys: raw, .. } => {
-            let id = t.id;
-            let current = db.tags(id)?;
-            let tx = db.write()?;
-            for item in &raw {
-                let (k, only) = match item.split_once('=') {
-                    Some((k, v)) => (key(k)?, Some(v)),
-                    None => (key(item)?, None),
-                };
-                let keep: Vec<String> = match only {
-                    Some(v) => current
-                        .iter()
-                        .filter(|(ck, cv)| *ck == k && cv != v)
-                        .map(|(_, cv)| cv.clone())
-                        .collect(),
-                    None => Vec::new(),
-                };
-                store::set_tag(&tx, id, &k, &keep)?;
-            }
-            tx.commit()?;
-        }
+        TagAction::Set { pairs: raw, .. } => edit_pairs(&mut db, &ids, &raw, store::set_tag)?,
+        TagAction::Add { pairs: raw, .. } => edit_pairs(&mut db, &ids, &raw, store::add_tag)?,
+        TagAction::Rm { keys: raw, .. } => remove_values(&mut db, &ids, &raw)?,
     }
+    report(a.recursive, "edited", ids.len());
     Ok(())
 }
 
 pub fn art(a: ArtArgs) -> anyhow::Result<()> {
     let (ArtAction::Set { track, .. } | ArtAction::Rm { track, .. }) = &a.action;
-    let (mut db, t) = locate(a.db.as_deref(), track)?;
-    let id = t.id;
+    let (mut db, tracks) = locate(a.db.as_deref(), track, a.recursive)?;
     match a.action {
         ArtAction::Set {
             image,
@@ -213,30 +261,33 @@ pub fn art(a: ArtArgs) -> anyhow::Result<()> {
                     image.display()
                 ))
             })?;
+            let art = NewArt {
+                mime,
+                width,
+                height,
+                depth,
+                data,
+            };
             let tx = db.write()?;
-            let sha = store::set_art(
-                &tx,
-                id,
-                &NewArt {
-                    mime,
-                    width,
-                    height,
-                    depth,
-                    data,
-                },
-                t,
-            )?;
+            let mut sha = String::new();
+            for track in &tracks {
+                sha = store::set_art(&tx, track.id, &art, t)?;
+            }
             tx.commit()?;
             println!("{sha}");
+            report(a.recursive, "set the picture of", tracks.len());
         }
         ArtAction::Rm {
             picture_type: t, all, ..
         } => {
             let t = if all { None } else { Some(picture_type(&t)?) };
             let tx = db.write()?;
-            let n = store::remove_art(&tx, id, t)?;
+            let mut removed = 0;
+            for track in &tracks {
+                removed += store::remove_art(&tx, track.id, t)?;
+            }
             tx.commit()?;
-            eprintln!("removed {n} picture(s)");
+            eprintln!("removed {removed} picture(s)");
         }
     }
     Ok(())

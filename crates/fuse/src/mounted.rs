@@ -6,7 +6,7 @@
 //! from its track id, so neither needs a request to the daemon.
 
 use std::io;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use retagfs_core::tree::track_of_file_ino;
@@ -14,15 +14,13 @@ use retagfs_core::tree::track_of_file_ino;
 /// The source of every retagfs mount starts with this.
 const SOURCE: &str = "retagfs";
 
-/// A file served by a mounted view.
+/// A mounted view.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServedFile {
-    /// Where the view is mounted.
+pub struct View {
     pub mount_point: PathBuf,
-    /// The store the view serves; `None` when the mount does not say (a
-    /// store path holding `,` or `\`, which mount options cannot carry).
+    /// The store it serves; `None` when the mount does not say (a store
+    /// path holding `,` or `\`, which mount options cannot carry).
     pub store: Option<PathBuf>,
-    pub track_id: i64,
 }
 
 /// The source a mount of `db` carries: `retagfs:` and the store's full
@@ -35,29 +33,37 @@ pub(crate) fn source_for(db: &Path) -> String {
     }
 }
 
-/// The mounted view serving `path`, when `path` is a file of one; `None`
-/// for anything else (a library file, a folder of the view, a path on
-/// another file system). Errors are those of `stat` on `path`.
-pub fn served_file(path: &Path) -> io::Result<Option<ServedFile>> {
-    let meta = std::fs::metadata(path)?;
-    if !meta.is_file() {
-        return Ok(None);
-    }
-    let Some(track_id) = track_of_file_ino(meta.ino()) else {
-        return Ok(None);
-    };
+/// The mounted view `path` is in (a file or folder of it), if any.
+pub fn view_of(path: &Path) -> Option<View> {
+    let dev = std::fs::metadata(path).ok()?.dev();
     // No mount table (no /proc): nothing can be told.
-    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return Ok(None);
-    };
-    let dev = meta.dev();
-    Ok(
-        view_on_device(&table, libc::major(dev), libc::minor(dev)).map(|(mount_point, store)| ServedFile {
-            mount_point,
-            store,
-            track_id,
-        }),
-    )
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let (mount_point, store) = view_on_device(&table, libc::major(dev), libc::minor(dev))?;
+    Some(View { mount_point, store })
+}
+
+/// The tracks a file of a view serves, or every file under a folder of
+/// one (listed through the mount, which gives each entry's inode: no
+/// `stat` per file).
+pub fn served_tracks(path: &Path) -> io::Result<Vec<i64>> {
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_dir() {
+        return Ok(track_of_file_ino(meta.ino()).into_iter().collect());
+    }
+    let mut tracks = Vec::new();
+    let mut folders = vec![path.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder)? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                folders.push(entry.path());
+            } else if let Some(id) = track_of_file_ino(entry.ino()) {
+                tracks.push(id);
+            }
+        }
+    }
+    tracks.sort_unstable();
+    Ok(tracks)
 }
 
 /// The mount point and store of the retagfs view on device

@@ -419,6 +419,19 @@ impl Store {
             .ok_or_else(|| StoreError::NoSuchTrack(reference.to_string()))
     }
 
+    /// The tracks whose backing files are under folder `dir` (an absolute
+    /// path, as the scan stores them), in id order.
+    pub fn tracks_under(&self, dir: &str) -> Result<Vec<TrackRow>> {
+        let dir = dir.trim_end_matches('/');
+        // The paths under `dir/` sort between `dir/` and `dir0` ('0'
+        // follows '/'), a range the unique index on the path answers.
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {TRACK_COLUMNS} FROM tracks WHERE backing_path > ?1 AND backing_path < ?2 ORDER BY id"
+        ))?;
+        let rows = stmt.query_map([format!("{dir}/"), format!("{dir}0")], track_from_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// Stat stamps of every track by backing path, for re-scan skipping.
     pub fn known_stamps(&self) -> Result<KnownStamps> {
         let mut stmt = self.conn.prepare(&format!(

@@ -378,3 +378,33 @@ fn a_rescan_keeps_store_edits_unless_the_files_own_tags_changed() {
     rescan(&mut db, &file, id);
     assert_eq!(title(&db, id), ["Edited Again"]);
 }
+
+#[test]
+fn tracks_under_a_folder_are_those_below_it_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut db = Store::open(&dir.path().join("s.db")).unwrap();
+    let tx = db.write().unwrap();
+    for path in [
+        "/m/a/1.flac",
+        "/m/a/b/2.flac",
+        "/m/ab/3.flac",
+        "/m/a.flac",
+        "/m/a0/4.flac",
+        "/n/5.flac",
+    ] {
+        store::write_scanned(&tx, &track(path), None).unwrap();
+    }
+    tx.commit().unwrap();
+    let under = |d: &str| -> Vec<String> {
+        db.tracks_under(d)
+            .unwrap()
+            .into_iter()
+            .map(|t| t.backing_path)
+            .collect()
+    };
+    assert_eq!(under("/m/a"), ["/m/a/1.flac", "/m/a/b/2.flac"]);
+    assert_eq!(under("/m/a/"), ["/m/a/1.flac", "/m/a/b/2.flac"]);
+    assert_eq!(under("/m").len(), 5);
+    assert_eq!(under("/").len(), 6);
+    assert!(under("/m/a/1.flac").is_empty());
+}
