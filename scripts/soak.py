@@ -5,7 +5,8 @@ Mounts a library of copies of the test fixtures and, for --seconds, keeps
 these running at once against the mount:
   walkers     `os.walk` + stat of everything
   readers     whole files and 4 KiB reads at random offsets
-  retaggers   `retagfs tag set` of random tracks (new titles: paths move)
+  retaggers   `retagfs tag set` of random tracks (new titles: paths move),
+              by id and by their path in the mount
   rescanner   `retagfs scan` every few seconds
   truncator   truncates a random backing file for a moment, then restores
               it (reads of it meanwhile must fail cleanly with EIO/ENOENT)
@@ -127,6 +128,17 @@ class Soak:
             self.count("retags", None if p.returncode == 0 else p.stderr.strip())
             time.sleep(0.05)
 
+    def mount_retagger(self, rng):
+        """`retagfs tag set` of a file named by its path in the mount, with
+        no --db (the mount names its store). Another retag may move the
+        file between the listing and the edit: then it names nothing."""
+        while not self.stop.is_set():
+            path = rng.choice(self.served_files())
+            p = retagfs("tag", "set", path, f"title=Soak {rng.randrange(10**6)}")
+            moved = p.returncode == 1 and "no such file or folder" in p.stderr and not os.path.exists(path)
+            self.count("mount retags", None if p.returncode == 0 or moved else p.stderr.strip())
+            time.sleep(0.05)
+
     def rescanner(self):
         while not self.stop.wait(3):
             p = retagfs("scan", self.lib, "--db", self.db)
@@ -170,6 +182,7 @@ class Soak:
                    threading.Thread(target=self.truncator, args=(random.Random(2), backing))]
         workers += [threading.Thread(target=self.reader, args=(random.Random(10 + i),)) for i in range(4)]
         workers += [threading.Thread(target=self.retagger, args=(random.Random(20 + i), ids)) for i in range(2)]
+        workers += [threading.Thread(target=self.mount_retagger, args=(random.Random(30),))]
         for w in workers:
             w.start()
         samples = []

@@ -112,6 +112,11 @@ fn locate(
         }
         None => {
             let Some(db) = db else {
+                // A path that names nothing (a file of the view moved by a
+                // retag since it was listed) is no usage mistake.
+                if reference.contains('/') && !path.exists() {
+                    bail!("{reference}: no such file or folder");
+                }
                 return Err(UsageError(format!(
                     "give the store with --db: {reference:?} is not in a mounted view \
                      (only a view names its store)"
