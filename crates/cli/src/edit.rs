@@ -90,39 +90,9 @@ fn locate(
         ))
         .into());
     }
-    let tracks = match mounted::view_of(path) {
-        Some(view) => {
-            let db = store_of_view(db, &view, reference)?;
-            let db_store = crate::open_existing(&db)?;
-            let ids = mounted::served_tracks(path).with_context(|| format!("listing {reference}"))?;
-            let tracks = ids
-                .into_iter()
-                .map(|id| {
-                    db_store.track(id)?.with_context(|| {
-                        format!(
-                            "{reference} holds track {id} of the view at {}, which {} does not hold \
-                             (was the store replaced since it was mounted?)",
-                            view.mount_point.display(),
-                            db.display()
-                        )
-                    })
-                })
-                .collect::<anyhow::Result<Vec<_>>>()?;
-            (db_store, tracks)
-        }
-        None => {
-            let Some(db) = db else {
-                // A path that names nothing (a file of the view moved by a
-                // retag since it was listed) is no usage mistake.
-                if reference.contains('/') && !path.exists() {
-                    bail!("{reference}: no such file or folder");
-                }
-                return Err(UsageError(format!(
-                    "give the store with --db: {reference:?} is not in a mounted view \
-                     (only a view names its store)"
-                ))
-                .into());
-            };
+    let (db_store, tracks) = match (mounted::view_of(path), db) {
+        (Some(view), db) => in_view(db, &view, reference)?,
+        (None, Some(db)) => {
             let db_store = crate::open_existing(db)?;
             let tracks = if is_folder {
                 let full = std::fs::canonicalize(path).with_context(|| format!("resolving {reference}"))?;
@@ -132,11 +102,45 @@ fn locate(
             };
             (db_store, tracks)
         }
+        // A path that names nothing (a file of a view moved by a retag
+        // since it was listed) is no usage mistake.
+        (None, None) if reference.contains('/') && !path.exists() => {
+            bail!("{reference}: no such file or folder")
+        }
+        (None, None) => {
+            return Err(UsageError(format!(
+                "give the store with --db: {reference:?} is not in a mounted view \
+                 (only a view names its store)"
+            ))
+            .into())
+        }
     };
-    if tracks.1.is_empty() {
+    if tracks.is_empty() {
         bail!("no track of the store is under {reference}");
     }
-    Ok(tracks)
+    Ok((db_store, tracks))
+}
+
+/// The store of `view` and the tracks its file or folder `reference`
+/// serves.
+fn in_view(db: Option<&Path>, view: &View, reference: &str) -> anyhow::Result<(store::Store, Vec<TrackRow>)> {
+    let db = store_of_view(db, view, reference)?;
+    let db_store = crate::open_existing(&db)?;
+    let ids = mounted::served_tracks(Path::new(reference)).with_context(|| format!("listing {reference}"))?;
+    let tracks = ids
+        .into_iter()
+        .map(|id| {
+            db_store.track(id)?.with_context(|| {
+                format!(
+                    "{reference} holds track {id} of the view at {}, which {} does not hold \
+                     (was the store replaced since it was mounted?)",
+                    view.mount_point.display(),
+                    db.display()
+                )
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok((db_store, tracks))
 }
 
 /// The store of `view`: the one its mount names, which `--db`, if given,
