@@ -1,12 +1,14 @@
 """End-to-end: real FUSE mounts read by independent readers (mutagen,
 ffmpeg, flac), plus the CLI's promises (exit codes, JSON shape, EROFS)."""
 
+import ctypes
 import errno
 import hashlib
 import json
 import os
 import signal
 import stat
+import struct
 import shutil
 import subprocess
 import time
@@ -260,6 +262,55 @@ def test_export_streams_and_a_reader_that_stops_early_is_no_error(tmp_path):
     p.stdout.close()
     assert p.wait(timeout=20) == 0
     assert p.stderr.read() == b""
+
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def file_handle(path):
+    """name_to_handle_at(2): what an NFS server hands its clients."""
+    handle = ctypes.create_string_buffer(8 + 128)
+    struct.pack_into("I", handle, 0, 128)
+    mount_id = ctypes.c_int()
+    if LIBC.name_to_handle_at(-100, os.fsencode(path), handle, ctypes.byref(mount_id), 0) != 0:
+        raise OSError(ctypes.get_errno(), "name_to_handle_at " + path)
+    return handle
+
+
+def open_by_handle(mnt, handle, flags):
+    mount_fd = os.open(mnt, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fd = LIBC.open_by_handle_at(mount_fd, handle, flags)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "open_by_handle_at")
+        return fd
+    finally:
+        os.close(mount_fd)
+
+
+def test_file_handles_outlive_the_kernels_inode_cache(store, mount):
+    """An NFS export of the mount hands out file handles that clients use
+    long after the kernel dropped the inodes: they must open the same file
+    and folder again, not fail with ESTALE."""
+    m = mount(store)
+    t = next(t for t in export(store) if t["backing_path"].endswith("/tagged.flac"))
+    path = os.path.join(m.mnt, t["path"])
+    folder = os.path.dirname(path)
+    served = open(path, "rb").read()
+    handles = file_handle(path), file_handle(folder)
+    # Drop every unused dentry and inode, the mount's included.
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("2")
+    fd = open_by_handle(m.mnt, handles[0], os.O_RDONLY)
+    with os.fdopen(fd, "rb") as f:
+        assert f.read() == served
+    fd = open_by_handle(m.mnt, handles[1], os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert os.path.basename(path) in os.listdir(fd)
+        # Reconnecting a folder walks up with "..": it is where it was.
+        assert os.readlink("/proc/self/fd/%d" % fd) == folder
+    finally:
+        os.close(fd)
 
 
 def test_a_full_or_read_only_file_system_under_the_store_is_named_as_such(store, tmp_path):

@@ -35,6 +35,10 @@ impl Filesystem for DevFuse {
         // Attributes fetched again are compared with the cached ones, so a
         // directory whose mtime moved (its listing changed) is listed anew.
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA);
+        // File handles outlive the kernel's inode cache (an NFS export of the
+        // mount): inode numbers are stable, and lookups of "." and ".."
+        // find any inode again.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_EXPORT_SUPPORT);
         // Directories need no open: one round trip less per directory walked.
         let no_opendir = config
             .add_capabilities(fuser::InitFlags::FUSE_NO_OPENDIR_SUPPORT)

@@ -175,13 +175,17 @@ impl Server {
         }
     }
 
-    /// The attributes of `name` in directory `parent`.
+    /// The attributes of `name` in directory `parent`. The kernel asks for
+    /// "." and ".." (of any inode) only to turn a file handle whose inode it
+    /// no longer caches back into a file: an NFS export of the mount.
     pub(crate) fn lookup(&self, parent: u64, name: &[u8]) -> Result<FileAttr, Errno> {
         let tree = self.lib.tree();
-        std::str::from_utf8(name)
-            .ok()
-            .and_then(|n| tree.child(parent, n))
-            .and_then(|ino| tree.get(ino).map(|node| self.attr(&tree, ino, node)))
+        let ino = match name {
+            b"." => Some(parent),
+            b".." => tree.get(parent).map(|node| node.parent),
+            _ => std::str::from_utf8(name).ok().and_then(|n| tree.child(parent, n)),
+        };
+        ino.and_then(|ino| tree.get(ino).map(|node| self.attr(&tree, ino, node)))
             .ok_or(Errno::ENOENT)
     }
 
