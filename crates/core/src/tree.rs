@@ -248,9 +248,11 @@ impl Tree {
         self.listing_changed.retain(|ino, _| self.nodes.contains_key(ino));
     }
 
-    /// Builds the tree. Placements are applied in track id order, so name
-    /// collisions are resolved the same way on every mount.
-    pub fn build(mut placements: Vec<Placement>) -> Tree {
+    /// Builds the tree, as [`crate::load_tree`] does from the store.
+    /// Placements are applied in track id order, so name collisions are
+    /// resolved the same way on every mount.
+    #[cfg(test)]
+    pub(crate) fn build(mut placements: Vec<Placement>) -> Tree {
         placements.sort_by_key(|p| p.file.track_id);
         let mut builder = TreeBuilder::default();
         for p in placements {
