@@ -135,7 +135,7 @@ class Soak:
         while not self.stop.is_set():
             path = rng.choice(self.served_files())
             p = retagfs("tag", "set", path, f"title=Soak {rng.randrange(10**6)}")
-            moved = p.returncode == 1 and "no such file or folder" in p.stderr and not os.path.exists(path)
+            moved = p.returncode == 1 and "No such file or directory" in p.stderr and not os.path.exists(path)
             self.count("mount retags", None if p.returncode == 0 or moved else p.stderr.strip())
             time.sleep(0.05)
 

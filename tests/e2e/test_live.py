@@ -57,7 +57,7 @@ def test_a_file_of_the_mount_is_edited_by_its_path_there(tmp_path, store, librar
     # The old path names nothing now: an error, not a usage mistake.
     wait_for(lambda: not os.path.exists(served))
     p = run("tag", "set", served, "title=Gone", check=False)
-    assert p.returncode == 1 and "no such file or folder" in p.stderr, p.stderr
+    assert p.returncode == 1 and "No such file or directory" in p.stderr, p.stderr
     run("art", "set", moved, str(library / "cover.png"))
     assert export(store)[str(library / "tagged.flac")]["art"]
     # Another store of the same library holds the same track ids: refused,

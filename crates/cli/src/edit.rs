@@ -102,17 +102,18 @@ fn locate(
             };
             (db_store, tracks)
         }
-        // A path that names nothing (a file of a view moved by a retag
-        // since it was listed) is no usage mistake.
-        (None, None) if reference.contains('/') && !path.exists() => {
-            bail!("{reference}: no such file or folder")
-        }
         (None, None) => {
+            // A path that names nothing (a file of a view moved by a retag
+            // since it was listed) or cannot be looked at (a view mounted
+            // by another user) is no usage mistake.
+            if let (true, Err(e)) = (reference.contains('/'), path.metadata()) {
+                bail!("{reference}: {e}");
+            }
             return Err(UsageError(format!(
                 "give the store with --db: {reference:?} is not in a mounted view \
                  (only a view names its store)"
             ))
-            .into())
+            .into());
         }
     };
     if tracks.is_empty() {
