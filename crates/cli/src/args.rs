@@ -209,7 +209,7 @@ pub struct ExportArgs {
 pub struct TagArgs {
     /// The store to read or edit. Not needed when the track is named by its file in
     /// a mounted view: the mount names its store.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub db: Option<PathBuf>,
     /// Let TRACK be a folder (of the library or of a mounted view): every
     /// track under it.
@@ -262,7 +262,7 @@ pub enum TagAction {
 pub struct ArtArgs {
     /// The store to edit. Not needed when the track is named by its file in
     /// a mounted view: the mount names its store.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub db: Option<PathBuf>,
     /// Let TRACK be a folder (of the library or of a mounted view): every
     /// track under it.
