@@ -164,6 +164,33 @@ mod tests {
         assert_eq!(source_for(Path::new("/a\\b/x.db")), "retagfs");
     }
 
+    /// What the kernel does to a mountinfo field (`mangle` in
+    /// fs/proc_namespace.c).
+    fn escape(s: &str) -> String {
+        let mut out = String::new();
+        for c in s.chars() {
+            match c {
+                ' ' | '\t' | '\n' | '\\' => out.push_str(&format!("\\{:03o}", c as u32)),
+                c => out.push(c),
+            }
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_store_path_is_read_back_from_the_mount_table(path in "/[^\\x00]{0,40}") {
+            let line = format!(
+                "50 22 0:77 / {} ro - fuse {} ro\n",
+                escape("/mnt/a view"),
+                escape(&format!("retagfs:{path}"))
+            );
+            let (mount_point, store) = view_on_device(&line, 0, 77).unwrap();
+            proptest::prop_assert_eq!(mount_point, PathBuf::from("/mnt/a view"));
+            proptest::prop_assert_eq!(store, Some(PathBuf::from(path)));
+        }
+    }
+
     #[test]
     fn unescape_undoes_octal_escapes_only() {
         assert_eq!(unescape("a\\040b\\011c\\134d"), "a b\tc\\d");
