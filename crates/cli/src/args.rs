@@ -207,8 +207,8 @@ pub struct ExportArgs {
 
 #[derive(Args)]
 pub struct TagArgs {
-    /// The store to read or edit. Not needed when the track is named by its file in
-    /// a mounted view: the mount names its store.
+    /// The store to read or edit. Not needed when the track is named by
+    /// its file in a mounted view: the mount names its store.
     #[arg(long, global = true)]
     pub db: Option<PathBuf>,
     /// Let TRACK be a folder (of the library or of a mounted view): every
