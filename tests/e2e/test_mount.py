@@ -288,7 +288,7 @@ def open_by_handle(mnt, handle, flags):
         os.close(mount_fd)
 
 
-def test_file_handles_outlive_the_kernels_inode_cache(store, mount):
+def test_file_handles_outlive_the_kernels_inode_cache(store, library, mount):
     """An NFS export of the mount hands out file handles that clients use
     long after the kernel dropped the inodes: they must open the same file
     and folder again, not fail with ESTALE."""
@@ -311,6 +311,19 @@ def test_file_handles_outlive_the_kernels_inode_cache(store, mount):
         assert os.readlink("/proc/self/fd/%d" % fd) == folder
     finally:
         os.close(fd)
+    # A track gone from the library (and so from the store) is gone for
+    # its handle too.
+    os.remove(t["backing_path"])
+    run("scan", str(library), "--db", str(store))
+    deadline = time.time() + 5
+    while os.path.exists(path):
+        assert time.time() < deadline, "the removed track is still served"
+        time.sleep(0.01)
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("2")
+    with pytest.raises(OSError) as e:
+        os.close(open_by_handle(m.mnt, handles[0], os.O_RDONLY))
+    assert e.value.errno == errno.ESTALE
 
 
 def test_a_full_or_read_only_file_system_under_the_store_is_named_as_such(store, tmp_path):
