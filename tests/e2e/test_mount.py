@@ -293,7 +293,7 @@ def test_file_handles_outlive_the_kernels_inode_cache(store, library, mount):
     long after the kernel dropped the inodes: they must open the same file
     and folder again, not fail with ESTALE."""
     m = mount(store)
-    t = next(t for t in export(store) if t["backing_path"].endswith("/tagged.flac"))
+    t = next(t for t in export(store) if t["backing_path"].endswith("/tagged.mp3"))
     path = os.path.join(m.mnt, t["path"])
     folder = os.path.dirname(path)
     served = open(path, "rb").read()
