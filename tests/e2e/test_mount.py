@@ -314,7 +314,7 @@ def test_file_handles_outlive_the_kernels_inode_cache(store, library, mount):
     # A track gone from the library (and so from the store) is gone for
     # its handle too.
     os.remove(t["backing_path"])
-    run("scan", str(library), "--db", str(store))
+    run("scan", str(library), "--db", str(store), "--prune")
     deadline = time.time() + 5
     while os.path.exists(path):
         assert time.time() < deadline, "the removed track is still served"
