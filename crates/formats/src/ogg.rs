@@ -358,6 +358,7 @@ pub fn synthesize(
         }
         packet_lens.push(setup.iter().map(|p| p.length).sum());
     }
+    stream.shrink_to_fit();
     let stream = Arc::new(stream);
     let plans = ogg_pages::paginate(&packet_lens);
     let new_header_pages = 1 + plans.len() as u32;
@@ -419,6 +420,21 @@ fn push_comment_packet(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_layout_counts_the_comment_text_its_header_pages_hold() {
+        let parts = [BackingPart::new(PartKind::Page, 0, 47)];
+        let heap = |tags: &[(String, String)]| {
+            let mut layout = synthesize(Format::Opus, &parts, tags, &[], 47, 10_000).unwrap();
+            layout.shrink_to_fit();
+            layout.heap_bytes()
+        };
+        let lyrics = [("lyrics".to_string(), "la ".repeat(40_000))];
+        let (short, long) = (heap(&[]), heap(&lyrics));
+        assert!(short < 2_000, "{short}");
+        // The text is held once, whatever pages it spans.
+        assert!((120_000..125_000).contains(&(long - short)), "{short} {long}");
+    }
 
     const SERIAL: u32 = 0x1234_5678;
     /// Audio pages of this test stream follow three header pages.

@@ -93,6 +93,10 @@ impl Computed for Base64 {
         Ok(())
     }
 
+    fn heap_bytes(&self) -> usize {
+        self.inner.heap_bytes()
+    }
+
     fn backing_span(&self, pos: u64, len: u64) -> Option<Range<u64>> {
         let first_group = pos / 4;
         let last_group = (pos + len).div_ceil(4);
@@ -269,6 +273,16 @@ impl Computed for HeaderPage {
         let page = self.bytes(src)?;
         out.copy_from_slice(&page[pos as usize..pos as usize + out.len()]);
         Ok(())
+    }
+
+    /// The packet stream is shared by the header pages: the first counts it.
+    fn heap_bytes(&self) -> usize {
+        let stream = if self.seq == 1 {
+            self.stream.heap_bytes()
+        } else {
+            0
+        };
+        self.plan.lacing.capacity() + stream
     }
 
     /// Any read of the page builds all of it.
@@ -572,6 +586,12 @@ fn heads_page_of(head: &[u8], serial: &[u8; 4]) -> bool {
 impl Computed for AudioPages {
     fn len(&self) -> u64 {
         self.len
+    }
+
+    fn heap_bytes(&self) -> usize {
+        let starts = self.starts();
+        starts.kept.capacity() * std::mem::size_of::<u64>()
+            + starts.damage.capacity() * std::mem::size_of::<Range<u64>>()
     }
 
     /// The pages under the range and the header of the next one.

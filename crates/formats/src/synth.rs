@@ -34,6 +34,12 @@ pub type FlacBlockLen = (u8, u64);
 /// The layout of the served file. An error means the stored rows cannot
 /// describe a valid file (the caller reports it and serves EIO).
 pub fn synthesize(input: &SynthesisInput<'_>) -> Result<Layout, String> {
+    let mut layout = synthesize_format(input)?;
+    layout.shrink_to_fit();
+    Ok(layout)
+}
+
+fn synthesize_format(input: &SynthesisInput<'_>) -> Result<Layout, String> {
     let t = input.track;
     if t.passthrough.is_some() {
         return Ok(Layout::passthrough(t.stamps.size));
