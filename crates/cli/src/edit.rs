@@ -83,15 +83,19 @@ fn locate(
     recursive: bool,
 ) -> anyhow::Result<(store::Store, Vec<TrackRow>)> {
     let path = Path::new(reference);
-    let is_folder = path.is_dir();
+    // One `stat` decides: a file of a view renamed by a retag right after
+    // it would otherwise be found in the view, then not at all.
+    let meta = path.metadata();
+    let is_folder = meta.as_ref().is_ok_and(|m| m.is_dir());
     if is_folder && !recursive {
         return Err(UsageError(format!(
             "{reference} is a folder: add -r to edit every track under it"
         ))
         .into());
     }
-    let (db_store, tracks) = match (mounted::view_of(path), db) {
-        (Some(view), db) => in_view(db, &view, reference)?,
+    let view = meta.as_ref().ok().and_then(|m| Some((mounted::view_of(m)?, m)));
+    let (db_store, tracks) = match (view, db) {
+        (Some((view, meta)), db) => in_view(db, &view, reference, meta)?,
         (None, Some(db)) => {
             let db_store = crate::open_existing(db)?;
             let tracks = if is_folder {
@@ -106,7 +110,7 @@ fn locate(
             // A path that names nothing (a file of a view moved by a retag
             // since it was listed) or cannot be looked at (a view mounted
             // by another user) is no usage mistake.
-            if let (true, Err(e)) = (reference.contains('/'), path.metadata()) {
+            if let (true, Err(e)) = (reference.contains('/'), &meta) {
                 bail!("{reference}: {e}");
             }
             return Err(UsageError(format!(
@@ -123,11 +127,17 @@ fn locate(
 }
 
 /// The store of `view` and the tracks its file or folder `reference`
-/// serves.
-fn in_view(db: Option<&Path>, view: &View, reference: &str) -> anyhow::Result<(store::Store, Vec<TrackRow>)> {
+/// (whose `stat` is `meta`) serves.
+fn in_view(
+    db: Option<&Path>,
+    view: &View,
+    reference: &str,
+    meta: &std::fs::Metadata,
+) -> anyhow::Result<(store::Store, Vec<TrackRow>)> {
     let db = store_of_view(db, view, reference)?;
     let db_store = crate::open_existing(&db)?;
-    let ids = mounted::served_tracks(Path::new(reference)).with_context(|| format!("listing {reference}"))?;
+    let ids =
+        mounted::served_tracks(Path::new(reference), meta).with_context(|| format!("listing {reference}"))?;
     let tracks = ids
         .into_iter()
         .map(|id| {

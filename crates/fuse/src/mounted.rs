@@ -5,6 +5,7 @@
 //! `findmnt` and `df` show it), and a served file's inode number is derived
 //! from its track id, so neither needs a request to the daemon.
 
+use std::fs::Metadata;
 use std::io;
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -33,9 +34,9 @@ pub(crate) fn source_for(db: &Path) -> String {
     }
 }
 
-/// The mounted view `path` is in (a file or folder of it), if any.
-pub fn view_of(path: &Path) -> Option<View> {
-    let dev = std::fs::metadata(path).ok()?.dev();
+/// The mounted view a file or folder is in (told by its `stat`), if any.
+pub fn view_of(meta: &Metadata) -> Option<View> {
+    let dev = meta.dev();
     // No mount table (no /proc): nothing can be told.
     let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let (mount_point, store) = view_on_device(&table, libc::major(dev), libc::minor(dev))?;
@@ -44,9 +45,9 @@ pub fn view_of(path: &Path) -> Option<View> {
 
 /// The tracks a file of a view serves, or every file under a folder of
 /// one (listed through the mount, which gives each entry's inode: no
-/// `stat` per file).
-pub fn served_tracks(path: &Path) -> io::Result<Vec<i64>> {
-    let meta = std::fs::metadata(path)?;
+/// `stat` per file). `meta` is the `stat` of `path` that found the view: a
+/// second one could find another file moved there meanwhile, or none.
+pub fn served_tracks(path: &Path, meta: &Metadata) -> io::Result<Vec<i64>> {
     if !meta.is_dir() {
         return Ok(track_of_file_ino(meta.ino()).into_iter().collect());
     }
