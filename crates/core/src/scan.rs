@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use crossbeam_channel::{bounded, Receiver, Sender};
-use retagfs_formats::{probe, ProbeError, ReadAt, Scratch, Source};
+use retagfs_formats::{probe, ProbeError, ReadAt, Source};
 use retagfs_store::{
     self as store, DirEntry, EntryKind, KnownStamps, PathMap, ScannedDir, ScannedDirs, ScannedPicture,
     ScannedTrack, Stamps, Store,
@@ -198,17 +198,23 @@ struct Windowed {
     window: std::cell::RefCell<Window>,
 }
 
+#[derive(Default)]
 struct Window {
     /// Where the bytes start in the file.
     at: u64,
     /// How many of `bytes` were read.
     filled: usize,
-    /// `WINDOW` long once used.
-    bytes: Scratch,
+    /// `WINDOW` long once used: kept from file to file by each thread, so
+    /// that no file pays for zeroing a fresh buffer.
+    bytes: Vec<u8>,
 }
 
 /// Bytes fetched for a small read.
 const WINDOW: usize = 64 * 1024;
+
+thread_local! {
+    static SPARE_WINDOW: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
 
 impl Windowed {
     fn new(file: File) -> Windowed {
@@ -217,14 +223,19 @@ impl Windowed {
         // SAFETY: a hint on a descriptor this file owns.
         unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
         let window = Window {
-            at: 0,
-            filled: 0,
-            bytes: Scratch::take(),
+            bytes: SPARE_WINDOW.take(),
+            ..Window::default()
         };
         Windowed {
             file,
             window: std::cell::RefCell::new(window),
         }
+    }
+}
+
+impl Drop for Windowed {
+    fn drop(&mut self) {
+        SPARE_WINDOW.set(std::mem::take(&mut self.window.get_mut().bytes));
     }
 }
 
@@ -265,11 +276,13 @@ fn fingerprint(src: &Source<'_>, offset: u64, len: u64) -> Result<[u8; 32], Prob
     Ok(h.finalize().into())
 }
 
-/// Hashes `len` bytes at `offset` (fewer at the end of the file).
+/// Hashes `len` bytes at `offset` (fewer at the end of the file) through
+/// a buffer on the stack: a fresh zeroed heap buffer per file cost as much
+/// as the hashing (the allocator zeroes large blocks by unmapping them).
 fn hash_range(h: &mut Sha256, src: &Source<'_>, offset: u64, len: u64) -> Result<(), ProbeError> {
-    let mut chunk = Scratch::take();
-    chunk.resize(len.min(FINGERPRINT_SPAN) as usize, 0);
-    let n = src.read_upto_into(offset, &mut chunk)?;
+    let mut chunk = [0u8; FINGERPRINT_SPAN as usize];
+    let want = len.min(chunk.len() as u64) as usize;
+    let n = src.read_upto_into(offset, &mut chunk[..want])?;
     h.update(&chunk[..n]);
     Ok(())
 }

@@ -10,7 +10,7 @@ use crate::id3v2;
 use crate::layout::Layout;
 use crate::picture::{flac_picture_header, flac_picture_len, parse_flac_picture};
 use crate::probe::Probe;
-use crate::source::{be_u24, Scratch, Source};
+use crate::source::{be_u24, Source};
 use crate::vorbis_comment;
 use crate::Format;
 
@@ -142,8 +142,7 @@ fn check_audio_end(src: &Source<'_>, audio_at: u64, info: &StreamInfo) -> Result
         known => (2 * known).clamp(64 << 10, 4 << 20),
     };
     let from = end.saturating_sub(span).max(audio_at);
-    let mut tail = Scratch::take();
-    src.read_into(from, end - from, "last FLAC frames", &mut tail)?;
+    let tail = src.read(from, end - from, "last FLAC frames")?;
     let last_frame = (0..tail.len().saturating_sub(1)).rev().find_map(|at| {
         let header = frame_header(&tail[at..], info.min_block)?;
         (FRAME_CRC.checksum(&tail[at..]) == 0).then_some(header)

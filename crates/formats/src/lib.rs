@@ -36,5 +36,5 @@ pub use picture::image_info;
 pub use probe::{probe, Probe};
 pub use retagfs_store::Format;
 pub use sniff::{format_mismatch, sniff};
-pub use source::{ReadAt, Scratch, Source};
+pub use source::{ReadAt, Source};
 pub use synth::{synthesize, synthesized_len, FlacBlockLen, SynthesisInput, SynthesisOptions};

@@ -11,7 +11,7 @@ use crate::layout::Layout;
 use crate::ogg_pages::{self, AudioPages, Base64, HeaderPage, StreamSerial};
 use crate::picture::flac_picture_header;
 use crate::probe::Probe;
-use crate::source::{le_u32, Scratch, Source, MAX_READ};
+use crate::source::{le_u32, Source, MAX_READ};
 use crate::{vorbis_comment, Format};
 
 const PAGE_HEADER_LEN: u64 = 27;
@@ -210,13 +210,13 @@ fn walk_pages(
     const WINDOW: u64 = 256 << 10;
     const LONGEST_HEADER: u64 = PAGE_HEADER_LEN + 255;
     let size = src.size();
-    let (mut window, mut window_at) = (Scratch::take(), audio_offset);
+    let (mut window, mut window_at) = (Vec::new(), audio_offset);
     let mut pos = audio_offset;
     while pos < stop {
         if pos + LONGEST_HEADER.min(size - pos) > window_at + window.len() as u64 {
             window_at = pos;
             let wanted = WINDOW.min(stop - pos + LONGEST_HEADER).min(size - pos);
-            src.read_into(pos, wanted, "Ogg audio pages", &mut window)?;
+            window = src.read(pos, wanted, "Ogg audio pages")?;
         }
         let h = &window[(pos - window_at) as usize..];
         if h.len() < PAGE_HEADER_LEN as usize {
@@ -246,8 +246,7 @@ fn walk_pages(
 /// pages ends exactly at the end of the file must begin a chain of pages
 /// of this stream alone. The pages before it are not looked at.
 fn last_pages_problem(src: &Source<'_>, from: u64, serial: u32) -> Result<Option<String>> {
-    let mut tail = Scratch::take();
-    src.read_into(from, src.size() - from, "the last Ogg pages", &mut tail)?;
+    let tail = src.read(from, src.size() - from, "the last Ogg pages")?;
     // How the chain from the first page start of this stream ends, when
     // no chain reaches the end: the reason the file is refused or served
     // as it is.
