@@ -289,9 +289,9 @@ pub fn art(a: ArtArgs) -> anyhow::Result<()> {
                 data,
             };
             let tx = db.write()?;
-            let mut sha = String::new();
+            let sha = store::insert_art(&tx, &art)?;
             for track in &tracks {
-                sha = store::set_art(&tx, track.id, &art, t)?;
+                store::link_art(&tx, track.id, &sha, t)?;
             }
             tx.commit()?;
             println!("{sha}");

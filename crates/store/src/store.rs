@@ -1021,6 +1021,15 @@ pub fn add_tag(tx: &Transaction<'_>, id: i64, key: &str, values: &[String]) -> R
 /// picture of that type if the track had one.
 pub fn set_art(tx: &Transaction<'_>, id: i64, art: &NewArt, picture_type: u8) -> Result<String> {
     let sha = insert_art(tx, art)?;
+    link_art(tx, id, &sha, picture_type)?;
+    Ok(sha)
+}
+
+/// Links stored art (by its sha256, as [`insert_art`] returns it) to a
+/// track as the picture of `picture_type`, replacing a picture of that type
+/// if the track had one: one image set on many tracks is stored and hashed
+/// once.
+pub fn link_art(tx: &Transaction<'_>, id: i64, sha: &str, picture_type: u8) -> Result<()> {
     let existing: Option<i64> = tx
         .query_row(
             "SELECT position FROM track_art WHERE track_id = ?1 AND picture_type = ?2 \
@@ -1044,7 +1053,7 @@ pub fn set_art(tx: &Transaction<'_>, id: i64, art: &NewArt, picture_type: u8) ->
             )?;
         }
     }
-    Ok(sha)
+    Ok(())
 }
 
 /// Unlinks the pictures of `picture_type` (all pictures with `None`) from a
