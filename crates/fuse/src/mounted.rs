@@ -14,6 +14,8 @@ use retagfs_core::tree::track_of_file_ino;
 
 /// The source of every retagfs mount starts with this.
 const SOURCE: &str = "retagfs";
+/// ... followed by the store's path when the mount names it.
+const SOURCE_WITH_STORE: &str = "retagfs:";
 
 /// A mounted view.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,7 +31,7 @@ pub struct View {
 pub(crate) fn source_for(db: &Path) -> String {
     let full = std::fs::canonicalize(db).unwrap_or_else(|_| db.to_path_buf());
     match full.to_str() {
-        Some(p) if !p.contains([',', '\\']) => format!("{SOURCE}:{p}"),
+        Some(p) if !p.contains([',', '\\']) => format!("{SOURCE_WITH_STORE}{p}"),
         _ => SOURCE.to_string(),
     }
 }
@@ -78,12 +80,12 @@ fn view_on_device(mountinfo: &str, major: u32, minor: u32) -> Option<(PathBuf, O
         let dash = fields.iter().position(|&f| f == "-")?;
         let (fs_type, source) = (fields.get(dash + 1)?, unescape(fields.get(dash + 2)?));
         let is_view = matches!(*fs_type, "fuse" | "fuse.retagfs")
-            && (source == SOURCE || source.starts_with(&format!("{SOURCE}:")));
+            && (source == SOURCE || source.starts_with(SOURCE_WITH_STORE));
         if fields.get(2) != Some(&device.as_str()) || !is_view {
             return None;
         }
         let store = source
-            .strip_prefix(&format!("{SOURCE}:"))
+            .strip_prefix(SOURCE_WITH_STORE)
             .filter(|p| !p.is_empty())
             .map(PathBuf::from);
         Some((PathBuf::from(unescape(fields.get(4)?)), store))
