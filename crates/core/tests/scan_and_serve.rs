@@ -473,6 +473,61 @@ fn damage_between_ogg_pages_is_served_as_it_is() {
     assert_eq!(got, &served[inside..inside + 5000]);
 }
 
+/// A long Ogg file chaining a second stream of the same serial number
+/// (two files encoded with one fixed serial, then concatenated): the scan
+/// looks at the start and end of a long file and cannot tell. A header
+/// that fits the original header pages leaves every audio page as it is,
+/// so the second stream is served whole; a header that needs more pages
+/// renumbers the audio pages, and a read that reaches the second stream
+/// fails rather than renumber it as part of the first.
+#[test]
+fn a_chain_of_two_streams_with_one_serial_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fixture, last) = ogg_fixture();
+    let count = 150;
+    let link: Vec<u8> = (0..count)
+        .flat_map(|i| {
+            let flags = if i + 1 == count { fixture[last + 5] } else { 0 };
+            fixture_audio_page(&fixture, last, 2 + i, flags)
+        })
+        .collect();
+    let link = [&fixture[..last], &link[..]].concat();
+    let ogg = [&link[..], &link[..]].concat();
+    std::fs::write(dir.path().join("chain.ogg"), &ogg).unwrap();
+    let db_path = dir.path().join("store.db");
+    let mut db = Store::open(&db_path).unwrap();
+    let summary = scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
+    assert_eq!((summary.added, summary.failed), (1, 0));
+    let track = &db.tracks().unwrap()[0];
+    assert_eq!(track.passthrough, None, "the scan cannot see the chain");
+
+    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    let served = read_all(&lib, file_ino(track.id));
+    assert_eq!(served[served.len() - (ogg.len() - last)..], ogg[last..]);
+    let probed = probe_bytes(&served).unwrap();
+    assert!(probed
+        .tags
+        .iter()
+        .any(|(k, v)| k == "title" && v == "Vorbis Song"));
+    drop(lib);
+
+    let tx = db.write().unwrap();
+    store::set_tag(&tx, track.id, "comment", &["x".repeat(70_000)]).unwrap();
+    tx.commit().unwrap();
+    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    let file = lib.open(file_ino(track.id)).unwrap();
+    let (mut buf, mut offset) = (Vec::new(), 0u64);
+    let err = loop {
+        match lib.read(&file, offset, 65536, &mut buf) {
+            Ok([]) => panic!("the whole chain was renumbered"),
+            Ok(got) => offset += got.len() as u64,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert!(offset < served.len() as u64);
+}
+
 /// Every synthesized file, with new tags and a 100 kB picture, reads the
 /// same at any offset as sequentially, and our own probe reads the store's
 /// tags and pictures back from it.

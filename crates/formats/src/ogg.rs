@@ -331,7 +331,11 @@ fn runs_past_the_end(pos: u64) -> ProbeError {
 }
 
 /// New header pages carrying the store's comments and pictures (after the
-/// original identification page), then the original audio pages renumbered.
+/// original identification page), then the original audio pages. The
+/// header takes as many pages as the original one where the packets fit
+/// (the comment padded if need be), so that the audio pages are served
+/// as they are; only a header that needs more pages has the audio pages
+/// renumbered.
 pub fn synthesize(
     format: Format,
     parts: &[BackingPart],
@@ -349,17 +353,27 @@ pub fn synthesize(
         return Err("the store's Vorbis setup header does not match the format".into());
     }
     let mut stream = Layout::default();
-    let comment_len = push_comment_packet(&mut stream, format, tags, art);
+    let mut comment_len = push_comment_packet(&mut stream, format, tags, art);
+    let setup_len: u64 = setup.iter().map(|p| p.length).sum();
+    let original_pages = pages.len() - 1;
+    let padding = padding_to_fill(
+        original_pages,
+        comment_len,
+        (format == Format::Vorbis).then_some(setup_len),
+    );
+    stream.push_bytes(&vec![0; padding as usize]);
+    comment_len += padding;
     let mut packet_lens = vec![comment_len];
     if format == Format::Vorbis {
         for piece in &setup {
             stream.push_backing(piece.offset, piece.length);
         }
-        packet_lens.push(setup.iter().map(|p| p.length).sum());
+        packet_lens.push(setup_len);
     }
     stream.shrink_to_fit();
     let stream = Arc::new(stream);
-    let plans = ogg_pages::paginate(&packet_lens);
+    let plans = ogg_pages::paginate_into(&packet_lens, original_pages)
+        .unwrap_or_else(|| ogg_pages::paginate(&packet_lens));
     let new_header_pages = 1 + plans.len() as u32;
     let serial = Arc::new(StreamSerial::new(first.offset));
     let mut layout = Layout::default();
@@ -372,13 +386,33 @@ pub fn synthesize(
             serial.clone(),
         )));
     }
-    layout.push_computed(Arc::new(AudioPages::new(
-        audio_offset,
-        audio_length,
-        new_header_pages.wrapping_sub(pages.len() as u32),
-        serial,
-    )));
+    match new_header_pages.wrapping_sub(pages.len() as u32) {
+        0 => layout.push_backing(audio_offset, audio_length),
+        seq_delta => layout.push_computed(Arc::new(AudioPages::new(
+            audio_offset,
+            audio_length,
+            seq_delta,
+            serial,
+        ))),
+    }
     Ok(layout)
+}
+
+/// Most zero bytes a comment packet is padded with to fill the original
+/// number of header pages (one lacing value, 255 bytes, per page short).
+const MAX_PADDING: u64 = 64 << 10;
+
+/// How many zero bytes after the comments (which Vorbis and Opus readers
+/// skip) give the header packets a lacing value for each of `pages`
+/// pages, when they have fewer and the padding is small.
+fn padding_to_fill(pages: usize, comment_len: u64, setup_len: Option<u64>) -> u64 {
+    let lacing = ogg_pages::lacing_count(comment_len) + setup_len.map_or(0, ogg_pages::lacing_count);
+    let padding = (pages as u64).saturating_sub(lacing) * 255;
+    if padding <= MAX_PADDING {
+        padding
+    } else {
+        0
+    }
 }
 
 /// The comment header packet: Vorbis or Opus magic, the comment list with
@@ -419,6 +453,7 @@ fn push_comment_packet(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::Segment;
 
     #[test]
     fn a_layout_counts_the_comment_text_its_header_pages_hold() {
@@ -433,6 +468,54 @@ mod tests {
         assert!(short < 2_000, "{short}");
         // The text is held once, whatever pages it spans.
         assert!((120_000..125_000).contains(&(long - short)), "{short} {long}");
+    }
+
+    /// An Opus file's header pages: the identification page and
+    /// `comment_pages` pages of 300 bytes after it; its audio starts after.
+    fn opus_header(comment_pages: u64) -> (Vec<BackingPart>, u64) {
+        let mut parts = vec![BackingPart::new(PartKind::Page, 0, 47)];
+        parts.extend((0..comment_pages).map(|i| BackingPart::new(PartKind::Page, 47 + 300 * i, 300)));
+        (parts, 47 + 300 * comment_pages)
+    }
+
+    #[test]
+    fn a_header_that_fits_the_original_pages_leaves_the_audio_pages_as_they_are() {
+        let short = [("title".to_string(), "Song".to_string())];
+        let long = [("lyrics".to_string(), "la ".repeat(40_000))];
+        let served = |pages: u64, tags: &[(String, String)]| {
+            let (parts, audio_at) = opus_header(pages);
+            let layout = synthesize(Format::Opus, &parts, tags, &[], audio_at, 10_000).unwrap();
+            let header_pages = layout.segments().len() - 2;
+            let audio = *layout.segments().last().unwrap();
+            (header_pages, audio, audio_at, layout.len())
+        };
+        let (header_pages, audio, audio_at, _) = served(1, &short);
+        assert_eq!(header_pages, 1);
+        assert_eq!(
+            audio,
+            Segment::Backing {
+                offset: audio_at,
+                len: 10_000
+            }
+        );
+        // 120 kB of comments need two pages where the original had one:
+        // the audio pages are renumbered.
+        let (header_pages, audio, ..) = served(1, &long);
+        assert_eq!(header_pages, 2);
+        assert!(matches!(audio, Segment::Computed { .. }), "{audio:?}");
+        // Five pages (a picture the store no longer holds): the comment is
+        // padded to a lacing value per page, 255 bytes each.
+        let (header_pages, audio, audio_at, len) = served(5, &short);
+        assert_eq!(header_pages, 5);
+        assert_eq!(
+            audio,
+            Segment::Backing {
+                offset: audio_at,
+                len: 10_000
+            }
+        );
+        let (.., one_page_len) = served(1, &short);
+        assert_eq!(len - one_page_len, 4 * (255 + 27 + 1));
     }
 
     const SERIAL: u32 = 0x1234_5678;

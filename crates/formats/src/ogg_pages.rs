@@ -105,38 +105,66 @@ impl Computed for Base64 {
     }
 }
 
-/// Splits `packets` (lengths, in order) into pages of at most 255 lacing
-/// values; returns for each page its lacing values, where its body starts in
-/// the packet stream, whether it continues a packet, and whether a packet
-/// ends on it.
+/// Splits `packets` (lengths, in order) into as few pages as they fit
+/// in, at most 255 lacing values each; returns for each page its lacing
+/// values, where its body starts in the packet stream, whether it
+/// continues a packet, and whether a packet ends on it.
 pub fn paginate(packets: &[u64]) -> Vec<PagePlan> {
-    let mut pages = Vec::new();
-    let mut current = PagePlan::default();
-    let mut stream_pos = 0u64;
+    let lacing = lacing_values(packets);
+    let counts = lacing.chunks(255).map(<[u8]>::len);
+    plans(&lacing, counts)
+}
+
+/// Splits `packets` into exactly `pages` pages, if their lacing values
+/// are at least one and at most 255 per page: the first pages full, one
+/// lacing value on each of the last ones where there are few.
+pub fn paginate_into(packets: &[u64], pages: usize) -> Option<Vec<PagePlan>> {
+    let lacing = lacing_values(packets);
+    if lacing.len() < pages || lacing.len() > pages * 255 {
+        return None;
+    }
+    let mut left = lacing.len();
+    let counts = (0..pages).map(|i| {
+        let n = (left - (pages - 1 - i)).min(255);
+        left -= n;
+        n
+    });
+    Some(plans(&lacing, counts))
+}
+
+/// How many lacing values a packet of `len` bytes takes: one per 255
+/// bytes and one that ends it (0 after a multiple of 255).
+pub fn lacing_count(len: u64) -> u64 {
+    len / 255 + 1
+}
+
+fn lacing_values(packets: &[u64]) -> Vec<u8> {
+    let mut lacing = Vec::new();
     for &len in packets {
-        let mut left = len;
-        loop {
-            if current.lacing.len() == 255 {
-                let next_start = current.body_start + current.body_len();
-                let continues = *current.lacing.last().unwrap_or(&0) == 255;
-                pages.push(std::mem::take(&mut current));
-                current.body_start = next_start;
-                current.continued = continues;
-            }
-            let l = left.min(255) as u8;
-            current.lacing.push(l);
-            left -= u64::from(l);
-            if l < 255 {
-                current.packet_ends = true;
-                break;
-            }
-        }
-        stream_pos += len;
+        lacing.resize(lacing.len() + (len / 255) as usize, 255);
+        lacing.push((len % 255) as u8);
     }
-    if !current.lacing.is_empty() {
-        pages.push(current);
+    lacing
+}
+
+/// Pages of `counts` lacing values each, in order.
+fn plans(lacing: &[u8], counts: impl Iterator<Item = usize>) -> Vec<PagePlan> {
+    let mut pages: Vec<PagePlan> = Vec::new();
+    let (mut at, mut body_start) = (0, 0);
+    for n in counts {
+        let values = &lacing[at..at + n];
+        let continued = at > 0 && lacing[at - 1] == 255;
+        let plan = PagePlan {
+            lacing: values.to_vec(),
+            body_start,
+            continued,
+            packet_ends: values.iter().any(|&l| l < 255),
+        };
+        body_start += plan.body_len();
+        pages.push(plan);
+        at += n;
     }
-    debug_assert_eq!(pages.iter().map(PagePlan::body_len).sum::<u64>(), stream_pos);
+    debug_assert_eq!(at, lacing.len());
     pages
 }
 
@@ -1056,14 +1084,48 @@ mod tests {
         assert!(!checksum_ok(&page));
     }
 
+    /// Pages that hold `lens` whole, in order, each page starting where
+    /// the one before ended.
+    fn assert_covers(pages: &[PagePlan], lens: &[u64]) {
+        let total: u64 = pages.iter().map(PagePlan::body_len).sum();
+        assert_eq!(total, lens.iter().sum::<u64>());
+        assert!(pages.iter().all(|p| (1..=255).contains(&p.lacing.len())));
+        assert!(pages.last().unwrap().packet_ends);
+        let mut start = 0;
+        for (i, page) in pages.iter().enumerate() {
+            assert_eq!(page.body_start, start);
+            start += page.body_len();
+            let after_255 = i > 0 && pages[i - 1].lacing.last() == Some(&255);
+            assert_eq!(page.continued, after_255);
+        }
+        let ends: u64 = pages
+            .iter()
+            .map(|p| p.lacing.iter().filter(|&&l| l < 255).count() as u64)
+            .sum();
+        assert_eq!(ends, lens.len() as u64, "one lacing value under 255 per packet");
+    }
+
     #[test]
     fn pagination_covers_every_byte() {
         for lens in [vec![0u64], vec![255], vec![300, 70_000, 10], vec![255 * 255, 1]] {
-            let pages = paginate(&lens);
-            let total: u64 = pages.iter().map(PagePlan::body_len).sum();
-            assert_eq!(total, lens.iter().sum::<u64>());
-            assert!(pages.iter().all(|p| p.lacing.len() <= 255));
-            assert!(pages.last().unwrap().packet_ends);
+            assert_covers(&paginate(&lens), &lens);
         }
+    }
+
+    #[test]
+    fn pagination_into_a_page_count_fills_each_page_or_says_it_cannot() {
+        let lens = [300u64, 4_000];
+        // 2 + 16 lacing values.
+        for pages in 1..=18 {
+            let plans = paginate_into(&lens, pages).unwrap();
+            assert_eq!(plans.len(), pages);
+            assert_covers(&plans, &lens);
+        }
+        assert!(paginate_into(&lens, 19).is_none(), "an empty page");
+        let big = [255 * 255 * 2 + 1];
+        assert!(paginate_into(&big, 2).is_none(), "511 lacing values");
+        assert_covers(&paginate_into(&big, 3).unwrap(), &big);
+        assert_eq!(lacing_count(254), 1);
+        assert_eq!(lacing_count(255), 2);
     }
 }
