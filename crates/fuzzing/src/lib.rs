@@ -228,32 +228,47 @@ impl SegmentSource for Sources<'_> {
 
 /// Probes `file`; if it probes, serves it from the probed rows (as a scan
 /// then a mount would) and checks that the served file reads consistently
-/// and probes back.
+/// and probes back. An Ogg file is served again with a comment too long
+/// for its header pages, so that its audio pages are renumbered.
 pub fn probe_and_serve(file: &[u8]) {
-    let file = file.to_vec();
+    let owned = file.to_vec();
+    let backing: &dyn ReadAt = &owned;
     let size = file.len() as u64;
-    let Ok(p) = probe(&Source::new(&file as &dyn ReadAt, size)) else {
+    let Ok(p) = probe(&Source::new(backing, size)) else {
         return;
     };
     assert!(
         p.audio_offset + p.audio_length <= size,
         "audio range inside the file"
     );
+    serve_probed(backing, file, &p, &p.tags);
+    let header_pages = p.parts.iter().filter(|part| part.kind == PartKind::Page).count();
+    if matches!(p.format, Format::Vorbis | Format::Opus) && header_pages <= 4 {
+        let mut tags = p.tags.clone();
+        tags.push(("comment".into(), "x".repeat(header_pages * 65_025)));
+        serve_probed(backing, file, &p, &tags);
+    }
+}
+
+/// Serves `file` (its bytes, also as `backing`) as probed (`p`) with
+/// `tags`, checks that reads at any offset agree and that the served file
+/// probes back.
+fn serve_probed(backing: &dyn ReadAt, file: &[u8], p: &retagfs_formats::Probe, tags: &[(String, String)]) {
     let images: Vec<Vec<u8>> = p.pictures.iter().map(|pic| pic.art.data.clone()).collect();
     let art = p.art_links();
-    let track = p.track_row(size);
+    let track = p.track_row(file.len() as u64);
     let input = SynthesisInput {
         track: &track,
-        tags: &p.tags,
+        tags,
         art: &art,
         flac_blocks: &p.flac_blocks,
         parts: &p.parts,
         options: Default::default(),
-        backing: Some(&file as &dyn ReadAt),
+        backing: Some(backing),
     };
     let layout = synthesize(&input).unwrap_or_else(|e| panic!("a probed file must synthesize: {e}"));
     let sources = Sources {
-        backing: &file,
+        backing: file,
         images: &images,
     };
     let mut served = vec![0u8; layout.len() as usize];
@@ -270,7 +285,7 @@ pub fn probe_and_serve(file: &[u8]) {
             .unwrap_or_else(|e| panic!("a read at {at} must serve: {e}"));
         assert_eq!(part, served[at..at + part.len()], "bytes read at {at}");
     }
-    if p.format == Format::Mp3 && p.tags.is_empty() && p.pictures.is_empty() {
+    if p.format == Format::Mp3 && tags.is_empty() && p.pictures.is_empty() {
         // Nothing to write, so no ID3 tag: the served file is the audio
         // range alone, which may start with bytes before the first frame
         // (kept: decoders treat them differently) and then is not
