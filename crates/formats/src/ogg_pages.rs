@@ -168,7 +168,7 @@ fn plans(lacing: &[u8], counts: impl Iterator<Item = usize>) -> Vec<PagePlan> {
     pages
 }
 
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct PagePlan {
     pub lacing: Vec<u8>,
     pub body_start: u64,
