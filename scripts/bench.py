@@ -14,6 +14,9 @@ directly on the backing files in the same run, as a ratio:
             repeated
   refresh   single-track retag -> new path visible (see bench_refresh.py)
 
+The daemon's RSS is printed after each phase (mount, walk, stat, reads,
+concurrent readers, refresh), per track where the mount serves a library.
+
 Usage: scripts/bench.py [--tracks 20000] [--work DIR] [--runs 3] [--only AREA,...]
 Needs root for drop_caches (cold rows are skipped otherwise, and say so).
 """
@@ -84,12 +87,7 @@ def drop_caches():
         return False
 
 
-def rss_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+rss_mib = bench_refresh.rss_mib
 
 
 # ---------------------------------------------------------------- libraries
@@ -346,15 +344,18 @@ def bench_scan(work, n, runs, mixed=True):
 
 def bench_tree(work, lib, db, runs, label=""):
     mnt = os.path.join(work, "mnt")
-    times, walk_first, stat_first, rss = [], [], [], []
+    times, walk_first, stat_first = [], [], []
+    rss_mounted, rss_walked, rss = [], [], []
     for _ in range(runs):
         t0 = time.perf_counter()
         m = Mount(db, mnt)
         m.wait_ls()
         times.append(time.perf_counter() - t0)
+        rss_mounted.append(rss_mib(m.proc.pid))
         t0 = time.perf_counter()
         find(mnt)
         walk_first.append(time.perf_counter() - t0)
+        rss_walked.append(rss_mib(m.proc.pid))
         m.stop()
         m = Mount(db, mnt)
         m.wait_ls()
@@ -364,9 +365,12 @@ def bench_tree(work, lib, db, runs, label=""):
         rss.append(rss_mib(m.proc.pid))
         m.stop()
     direct_find = timed(lambda: find(lib), runs)
+    tracks = len(all_files(lib))
     row("mount", f"mount to end of first `ls` of the root{label}", spread(times))
+    rss_row("mount", f"daemon RSS after it{label}", rss_mounted, tracks)
     row("walk", f"find -type f, fresh mount{label}", spread(walk_first),
         direct_find)
+    rss_row("walk", f"daemon RSS after it{label}", rss_walked, tracks)
     if IO_URING[1] == "on":
         # The same through /dev/fuse, to show what io_uring changes.
         dev_first = []
@@ -387,8 +391,15 @@ def bench_tree(work, lib, db, runs, label=""):
     direct_stat = timed(lambda: sh("find", lib, "-type", "f", "-printf", "%s\n"), runs)
     row("stat", f"stat of every file (find -printf %s), fresh mount{label}",
         spread(stat_first), direct_stat)
-    row("stat", f"daemon RSS after stat of every file{label}", statistics.median(rss), unit="MiB",
-        note=f"{statistics.median(rss) * 1024 * 1024 / max(1, len(all_files(lib))):.0f} B/track")
+    rss_row("stat", f"daemon RSS after stat of every file{label}", rss, tracks)
+
+
+def rss_row(area, work, rss, tracks=None):
+    """A row of the daemon's RSS (median of `rss`, MiB), per track if the
+    mount serves `tracks`."""
+    median = statistics.median(rss)
+    note = f"{median * 1024 * 1024 / tracks:.0f} B/track" if tracks else ""
+    row(area, work, median, unit="MiB", note=note)
 
 
 # Runs of each warm (page-cached) read row, at least.
@@ -438,6 +449,7 @@ def bench_reads(work, runs):
                 timed(lambda: read_seq(mine), warm_runs), timed(lambda: read_seq(backing), warm_runs))
             row("read", f"{mode} {ext[1:]:5s} 2000 random 4 KiB reads",
                 timed(lambda: read_random(mine), warm_runs), timed(lambda: read_random(backing), warm_runs))
+        rss_row("read", f"daemon RSS after the {mode} reads", [rss_mib(m.proc.pid)])
         m.stop()
     if not can_drop:
         print("(cold rows skipped: cannot write /proc/sys/vm/drop_caches without root)")
@@ -454,7 +466,7 @@ def bench_mixed_read(work, runs):
     mnt = os.path.join(work, "mnt-mixed")
     direct = all_files(mixed)
     read_all = lambda paths: [read_seq(p) for p in paths]  # noqa: E731
-    once, again, cold, cold_direct = [], [], [], []
+    once, again, cold, cold_direct, rss = [], [], [], [], []
     can_drop = drop_caches()
     for _ in range(runs):
         m = Mount(db, mnt)
@@ -476,6 +488,7 @@ def bench_mixed_read(work, runs):
             t0 = time.perf_counter()
             read_all(direct)
             cold_direct.append(time.perf_counter() - t0)
+        rss.append(rss_mib(m.proc.pid))
         m.stop()
     mb = sum(os.path.getsize(p) for p in direct) / 1e6
     direct_warm = timed(lambda: read_all(direct), runs)
@@ -484,6 +497,7 @@ def bench_mixed_read(work, runs):
     row("read", f"every file of {len(direct)} mixed tracks, again", spread(again), direct_warm)
     if cold:
         row("read", f"every file of {len(direct)} mixed tracks, cold", spread(cold), spread(cold_direct))
+    rss_row("read", f"daemon RSS after reading the {len(direct)} tracks", rss)
 
 
 def bench_concurrent(work, lib, db, runs):
@@ -511,7 +525,7 @@ def bench_concurrent(work, lib, db, runs):
     together(direct, lib)
     row("mixed", "8 sequential readers + a walker, repeated", timed(lambda: together(served, walk_mnt), runs),
         timed(lambda: together(direct, lib), runs))
-    row("mixed", "daemon RSS after it (the large-file mount)", rss_mib(reader.proc.pid), unit="MiB")
+    rss_row("mixed", "daemon RSS after it (the large-file mount)", [rss_mib(reader.proc.pid)])
     walker.stop()
     reader.stop()
 
@@ -638,11 +652,13 @@ def main():
             note=f"max {r['visible_loaded_max_ms']:.2f} ms over 20")
         row("refresh", "daemon refresh, 1 track", r["refresh_1_ms"] / 1000)
         row("refresh", "daemon refresh, 1000 tracks", r["refresh_1000_ms"] / 1000)
+        rss_row("refresh", "daemon RSS after the refreshes", [r["rss_mib"]], a.tracks)
         if a.scale:
             r = bench_refresh.bench(work, a.scale)
             row("refresh", f"tag set -> new path visible, {a.scale} tracks", r["visible_median_ms"] / 1000,
                 note=f"max {r['visible_max_ms']:.2f} ms over 20")
             row("refresh", f"daemon refresh, 1 track, {a.scale} tracks", r["refresh_1_ms"] / 1000)
+            rss_row("refresh", f"daemon RSS after the refreshes ({a.scale} tracks)", [r["rss_mib"]], a.scale)
     if not a.work:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -78,6 +78,15 @@ class Mounted:
         self.proc.wait(timeout=60)
 
 
+def rss_mib(pid):
+    """Resident memory of a process, MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def wait_visible(path, timeout=10.0):
     """Seconds until `path` can be stat'ed and its directory lists it."""
     start = time.perf_counter()
@@ -141,6 +150,7 @@ def bench(work, n):
         while not bulk and time.time() < deadline:
             bulk = [ms for count, ms in m.refresh_times() if count == len(edits)]
             time.sleep(0.05)
+        rss = rss_mib(m.proc.pid)
     finally:
         m.stop()
     return {
@@ -152,6 +162,7 @@ def bench(work, n):
         "visible_max_ms": max(visible) * 1000,
         "visible_loaded_median_ms": statistics.median(loaded) * 1000,
         "visible_loaded_max_ms": max(loaded) * 1000,
+        "rss_mib": rss,
     }
 
 
