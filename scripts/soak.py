@@ -274,7 +274,12 @@ def main():
     args = ap.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="retagfs-soak-")
     make_library(os.path.join(work, "lib"), args.copies)
-    sys.exit(Soak(work, args.seconds).run())
+    rc = Soak(work, args.seconds).run()
+    if rc == 0 and not args.work:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        print(f"library, store and mount log kept in {work}")
+    sys.exit(rc)
 
 
 if __name__ == "__main__":
