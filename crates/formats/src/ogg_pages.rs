@@ -326,6 +326,11 @@ impl Computed for HeaderPage {
 /// `seq_delta` added to each sequence number and the checksum recomputed.
 /// Bytes that are no page of the stream (damage the scan did not look at)
 /// are served as they are, up to the next checked page (`damage_end`).
+/// A second stream that reuses the serial number (files encoded with one
+/// fixed serial and concatenated, which the scan cannot see in the middle
+/// of a long file) is renumbered with the rest: a read far into it, which
+/// finds its page by checksum, cannot know where it began, and decoders
+/// start each stream at its first page whatever its number.
 ///
 /// Page boundaries are found by walking the page chain forward from a
 /// known page start (the first audio page, or one an earlier read walked
@@ -654,13 +659,6 @@ impl Computed for AudioPages {
                         Unit::Damage => break None,
                     }
                 };
-                if len.is_some() && span.bytes()[p + 5] & 2 != 0 {
-                    // A chained stream that reuses the serial number: the scan
-                    // could not tell, and renumbering its pages would be wrong.
-                    return Err(invalid(format!(
-                        "a second logical stream begins at offset {start} (chained Ogg stream)"
-                    )));
-                }
                 let (len, page) = match len {
                     Some(len) => (len, true),
                     None => ((self.damage_end(start, &serial, src)? - start) as usize, false),
