@@ -43,6 +43,9 @@ def ape_tag():
     return frame(0xA0000000) + items + frame(0x80000000)
 
 
+ONE_SERIAL_CHAIN = "one-serial-chain.opus"
+
+
 def make_odd_library(d):
     """Writes the odd files into `d`; returns the names expected to be refused."""
     tmp = d / ".src"
@@ -96,6 +99,14 @@ def make_odd_library(d):
     sh("oggenc", "-Q", "-t", "first", "-o", str(tmp / "a.ogg"), mono)
     sh("oggenc", "-Q", "-t", "second", "-o", str(tmp / "b.ogg"), mono)
     open(p("chained.ogg"), "wb").write(open(tmp / "a.ogg", "rb").read() + open(tmp / "b.ogg", "rb").read())
+    # Two links encoded with one serial number, then concatenated: long
+    # enough that the second begins where a scan does not look.
+    long_wav = str(tmp / "long.wav")
+    sh("sox", "-n", "-r", "48000", "-c", "2", "-b", "16", long_wav, "synth", "10", "pinknoise", "gain", "-10")
+    for link in ("a", "b"):
+        sh("opusenc", "--quiet", "--serial", "4242", "--bitrate", "160", "--title", f"link {link}", long_wav,
+           str(tmp / f"{link}.opus"))
+    open(p(ONE_SERIAL_CHAIN), "wb").write(open(tmp / "a.opus", "rb").read() + open(tmp / "b.opus", "rb").read())
     sh("opusenc", "--quiet", "--picture", cover, "--title", "opus picture", wav, p("picture.opus"))
     sh("ffmpeg", "-v", "error", "-y", "-i", wav, "-c:a", "libopus", p("ffmpeg.opus"))
     sh("flac", "-s", "-f", "--ogg", "-o", p("ogg-flac.oga"), mono)
@@ -112,6 +123,11 @@ def make_odd_library(d):
         f.unlink()
     tmp.rmdir()
     return {"empty.mp3", "aiff.aiff", "cut-in-header.m4a", "ogg-flac.oga"}
+
+
+def opusdec_pcm(path):
+    out = subprocess.run(["opusdec", "--quiet", str(path), "-"], capture_output=True)
+    return hashlib.sha256(out.stdout).hexdigest(), len(out.stdout)
 
 
 def pcm(path):
@@ -133,6 +149,10 @@ def test_odd_files_are_served_with_identical_audio_or_refused_with_a_reason(tmp_
     assert reasons["aiff.aiff"].startswith("unsupported audio format")
 
     tracks = json.loads(run("export", "--db", str(db)).stdout)
+    # A comment too long for the chain's header pages: its audio pages, the
+    # second link's with them, are renumbered.
+    chain = next(t for t in tracks if t["backing_path"].endswith(ONE_SERIAL_CHAIN))
+    run("tag", "--db", str(db), "set", str(chain["id"]), "comment=" + "x" * 70_000)
     m = mount(db)
     served = set()
     for t in tracks:
@@ -141,6 +161,10 @@ def test_odd_files_are_served_with_identical_audio_or_refused_with_a_reason(tmp_
         want, got = pcm(t["backing_path"]), pcm(os.path.join(m.mnt, t["path"]))
         assert want[1] > 0, name
         assert got == want, f"{name}: audio differs through the mount"
+    # ffmpeg and opusdec read both links of the chain.
+    served_chain = os.path.join(m.mnt, chain["path"])
+    assert opusdec_pcm(served_chain) == opusdec_pcm(chain["backing_path"])
+    assert pcm(served_chain)[1] > 15 * 48000 * 2 * 4, "not both 10 s links"
     assert served | refused == set(os.listdir(lib))
     log = m.stop()
     assert "panicked" not in log, log
