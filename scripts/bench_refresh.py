@@ -9,7 +9,8 @@ own title), it mounts the store and measures:
       until the new path is visible with stat and in its directory's
       listing (median of 20 retags), idle and while four other processes
       keep reading files of the mount.
-Single-track figures should stay flat as the library grows.
+Single-track figures should stay flat as the library grows. The daemon's
+RSS is printed after it all.
 
 Usage: scripts/bench_refresh.py [--sizes 100,1000,10000,100000] [--work DIR]
 """
@@ -182,7 +183,8 @@ def main():
             print(f"{r['tracks']:>7} tracks  mount {r['mount_s']:6.2f} s  refresh 1 track {r['refresh_1_ms']:7.2f} ms"
                   f"  refresh 1000 tracks {r['refresh_1000_ms']:8.2f} ms  tag set -> visible median "
                   f"{r['visible_median_ms']:6.2f} ms (max {r['visible_max_ms']:6.2f}), under read load "
-                  f"{r['visible_loaded_median_ms']:6.2f} ms (max {r['visible_loaded_max_ms']:6.2f})", flush=True)
+                  f"{r['visible_loaded_median_ms']:6.2f} ms (max {r['visible_loaded_max_ms']:6.2f}), daemon RSS after it "
+                  f"{r['rss_mib']:.1f} MiB", flush=True)
     if a.json:
         json.dump(rows, sys.stdout, indent=1)
     base = rows[0]["refresh_1_ms"]
