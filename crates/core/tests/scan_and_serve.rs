@@ -367,11 +367,16 @@ fn ogg_fixture() -> (Vec<u8>, usize) {
 fn fixture_audio_page(fixture: &[u8], last: usize, seq: u32, flags: u8) -> Vec<u8> {
     let mut page = fixture[last..].to_vec();
     page[5] = flags;
+    number_ogg_page(&mut page, seq);
+    page
+}
+
+/// Gives an Ogg page the sequence number `seq` and a checksum that holds.
+fn number_ogg_page(page: &mut [u8], seq: u32) {
     page[18..22].copy_from_slice(&seq.to_le_bytes());
     page[22..26].fill(0);
-    let sum = ogg_crc(&page);
+    let sum = ogg_crc(page);
     page[22..26].copy_from_slice(&sum.to_le_bytes());
-    page
 }
 
 /// Scans `bytes` as the file `name` in `dir` (the only file there), gives
@@ -528,11 +533,7 @@ fn a_chain_of_two_streams_with_one_serial_number() {
     for (i, &at) in starts.iter().enumerate() {
         let end = starts.get(i + 1).copied().unwrap_or(expected.len());
         let page = &mut expected[at..end];
-        let renumbered = seq(page) + delta;
-        page[18..22].copy_from_slice(&renumbered.to_le_bytes());
-        page[22..26].fill(0);
-        let sum = ogg_crc(page);
-        page[22..26].copy_from_slice(&sum.to_le_bytes());
+        number_ogg_page(page, seq(page) + delta);
     }
     assert!(
         served_audio == expected,
