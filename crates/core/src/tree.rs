@@ -71,9 +71,11 @@ pub struct Placement {
 pub struct Tree {
     nodes: HashMap<u64, Node>,
     dir_count: usize,
-    /// The next " (n)" to try per (directory, name): many tracks with the
+    /// The next " (n)" to try per directory and name: many tracks with the
     /// same name must not make each insertion probe every suffix again.
-    next_suffix: HashMap<(u64, String), u32>,
+    /// A name's entry goes when the entry holding that name does, so a
+    /// mount that refreshes for months keeps no more than its tree.
+    next_suffix: HashMap<u64, HashMap<String, u32>>,
     /// A hash of the path each file's template rendered, so a refresh can
     /// tell a moved file from one whose contents changed (a hash: the
     /// paths themselves would cost ~100 bytes per track).
@@ -352,6 +354,7 @@ impl Tree {
                 }
                 _ => false,
             };
+            self.forget_suffix(node.parent, &node.name);
             removed.push((node.parent, node.name));
             if !parent_empty {
                 break;
@@ -428,7 +431,8 @@ impl Tree {
         let mut name = file_name(stem, "", ext);
         if self.child(dir, &name).is_some() {
             let base = name;
-            let mut n = self.next_suffix.get(&(dir, base.clone())).copied().unwrap_or(2);
+            let next = self.next_suffix.get(&dir).and_then(|names| names.get(&base));
+            let mut n = next.copied().unwrap_or(2);
             loop {
                 name = file_name(stem, &format!(" ({n})"), ext);
                 n += 1;
@@ -436,11 +440,22 @@ impl Tree {
                     break;
                 }
             }
-            self.next_suffix.insert((dir, base), n);
+            self.next_suffix.entry(dir).or_default().insert(base, n);
         }
         let ino = file_ino(file.track_id);
         self.add_child(dir, name, ino, Entry::File(file));
         ino
+    }
+
+    /// Drops the suffix count of a name that left `dir`: the next file of
+    /// that name takes it as it is.
+    fn forget_suffix(&mut self, dir: u64, name: &str) {
+        if let Some(names) = self.next_suffix.get_mut(&dir) {
+            names.remove(name);
+            if names.is_empty() {
+                self.next_suffix.remove(&dir);
+            }
+        }
     }
 
     pub fn get(&self, ino: u64) -> Option<&Node> {
@@ -628,6 +643,29 @@ mod tests {
         assert_eq!(t.child(a, "x (7).flac"), Some(file_ino(7)));
         assert_eq!(t.child(a, "x (7) (2).flac"), Some(file_ino(5000)));
         assert_eq!(t.file_paths().len(), 3001);
+    }
+
+    #[test]
+    fn months_of_refreshes_keep_no_suffix_memory_for_names_gone() {
+        let mut t = Tree::build(vec![place(1, "A/x")]);
+        let mut out = Invalidations::default();
+        // Two tracks of one name moved together from folder to folder, as
+        // an album renamed again and again.
+        for i in 0..1000 {
+            for id in [2, 3] {
+                t.replace(file_ino(id), Some(place(id, &format!("D{i}/x"))), &mut out);
+            }
+        }
+        let last = t.child(ROOT_INO, "D999").unwrap();
+        assert_eq!(t.child(last, "x (2).flac"), Some(file_ino(3)));
+        let remembered: usize = t.next_suffix.values().map(|names| names.len()).sum();
+        assert_eq!(remembered, 1, "only D999's x.flac still clashes");
+
+        // The name freed, the next file of that name takes it as it is.
+        t.replace(file_ino(2), None, &mut out);
+        assert!(t.next_suffix.is_empty());
+        t.replace(file_ino(4), Some(place(4, "D999/x")), &mut out);
+        assert_eq!(t.child(last, "x.flac"), Some(file_ino(4)));
     }
 
     #[test]
