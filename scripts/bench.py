@@ -9,12 +9,14 @@ directly on the backing files in the same run, as a ratio:
   mount     mount to the end of the first `ls` of the root
   walk      `find -type f` over the mount, first and repeated
   stat      stat of every file on a fresh mount; daemon RSS afterwards
+  open      then open every file and read its first 4 KiB (an indexer's
+            first pass)
   read      sequential (1 MiB) and random 4 KiB reads of large files per
             format, synthesis and structure-only, cold (drop_caches) and
             repeated
   refresh   single-track retag -> new path visible (see bench_refresh.py)
 
-The daemon's RSS is printed after each phase (mount, walk, stat, reads,
+The daemon's RSS is printed after each phase (mount, walk, stat, open, reads,
 concurrent readers, refresh), per track where the mount serves a library.
 
 Usage: scripts/bench.py [--tracks 20000] [--work DIR] [--runs 3] [--only AREA,...]
@@ -344,8 +346,8 @@ def bench_scan(work, n, runs, mixed=True):
 
 def bench_tree(work, lib, db, runs, label=""):
     mnt = os.path.join(work, "mnt")
-    times, walk_first, stat_first = [], [], []
-    rss_mounted, rss_walked, rss = [], [], []
+    times, walk_first, stat_first, opened_first = [], [], [], []
+    rss_mounted, rss_walked, rss, rss_opened = [], [], [], []
     for _ in range(runs):
         t0 = time.perf_counter()
         m = Mount(db, mnt)
@@ -363,6 +365,11 @@ def bench_tree(work, lib, db, runs, label=""):
         sh("find", mnt, "-type", "f", "-printf", "%s\n")
         stat_first.append(time.perf_counter() - t0)
         rss.append(rss_mib(m.proc.pid))
+        served = all_files(mnt)
+        t0 = time.perf_counter()
+        read_starts(served)
+        opened_first.append(time.perf_counter() - t0)
+        rss_opened.append(rss_mib(m.proc.pid))
         m.stop()
     direct_find = timed(lambda: find(lib), runs)
     tracks = len(all_files(lib))
@@ -392,6 +399,20 @@ def bench_tree(work, lib, db, runs, label=""):
     row("stat", f"stat of every file (find -printf %s), fresh mount{label}",
         spread(stat_first), direct_stat)
     rss_row("stat", f"daemon RSS after stat of every file{label}", rss, tracks)
+    files = all_files(lib)
+    read_starts(files)
+    row("open", f"open + first 4 KiB of every file, once{label}", spread(opened_first),
+        timed(lambda: read_starts(files), runs), note="an indexer's first pass")
+    rss_row("open", f"daemon RSS after it{label}", rss_opened, tracks)
+
+
+def read_starts(paths, n=4096):
+    """What a media indexer's first pass does: open every file and read
+    its start."""
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        os.read(fd, n)
+        os.close(fd)
 
 
 def rss_row(area, work, rss, tracks=None):
