@@ -464,7 +464,9 @@ fn a_tracks_rows_are_read_and_edited_without_re_preparing_statements() {
                     s.art_links(id)?;
                     s.flac_blocks(id)?;
                     s.flac_block_lengths(id)?;
-                    s.backing_parts(id)
+                    s.backing_parts(id)?;
+                    s.tracks_changed_since(s.first_change_seq()?.unwrap_or(0))?;
+                    s.last_change_seq()
                 })
                 .unwrap();
         }
