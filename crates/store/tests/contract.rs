@@ -30,6 +30,17 @@ fn track(path: &str) -> ScannedTrack {
     }
 }
 
+/// A picture's row (its bytes need not be an image).
+fn tiny_png() -> NewArt {
+    NewArt {
+        mime: "image/png".into(),
+        width: 1,
+        height: 1,
+        depth: 24,
+        data: vec![1, 2, 3],
+    }
+}
+
 fn changes(db: &Store) -> i64 {
     db.conn()
         .query_row("SELECT count(*) FROM changes", [], |r| r.get(0))
@@ -58,13 +69,7 @@ fn edits_bump_version_and_append_to_the_change_log() {
     assert_eq!(changes(&db), c0 + 1);
 
     let tx = db.write().unwrap();
-    let art = NewArt {
-        mime: "image/png".into(),
-        width: 1,
-        height: 1,
-        depth: 24,
-        data: vec![1, 2, 3],
-    };
+    let art = tiny_png();
     let sha = store::set_art(&tx, id, &art, 3).unwrap();
     // Same bytes for another type: deduplicated by content.
     assert_eq!(store::set_art(&tx, id, &art, 4).unwrap(), sha);
@@ -436,13 +441,7 @@ fn a_tracks_rows_are_read_and_edited_without_re_preparing_statements() {
     let mut db = Store::open(&path).unwrap();
     let mut t = track("/m/a.flac");
     t.parts = vec![BackingPart::new(PartKind::Data, 10, 90)];
-    let art = NewArt {
-        mime: "image/png".into(),
-        width: 1,
-        height: 1,
-        depth: 24,
-        data: vec![1, 2, 3],
-    };
+    let art = tiny_png();
     let tx = db.write().unwrap();
     let ids: Vec<i64> = (0..4)
         .map(|i| {
