@@ -74,8 +74,16 @@ class Mount:
         return self.log.read()
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    """Keeps each phase's report on the test, so fixtures can tell a failure."""
+    report = yield
+    setattr(item, "report_" + report.when, report)
+    return report
+
+
 @pytest.fixture
-def mount(tmp_path):
+def mount(tmp_path, request):
     reason = fuse_unavailable()
     if reason:
         pytest.skip("SKIPPED LOUDLY: end-to-end mount tests need FUSE: " + reason)
@@ -89,5 +97,9 @@ def mount(tmp_path):
         return m
 
     yield start
+    failed = getattr(request.node, "report_call", None) is not None and request.node.report_call.failed
     for m in mounts:
-        m.stop()
+        log = m.stop()
+        if failed:
+            # The daemon's side of a failure (pytest shows it with the test).
+            print("---- log of the mount at %s ----\n%s" % (m.mnt, log))

@@ -243,7 +243,7 @@ def test_a_store_moved_over_the_mounted_one_is_loaded_and_stays_sound(store, lib
     """A store rebuilt elsewhere and moved into place: the mount follows it,
     and the old store's -wal/-shm (kept by the mount's connections, paired by
     SQLite with any database of that name) do not corrupt it."""
-    m = mount(store)
+    m = mount(store, "-v")
     flac = str(library / "tagged.flac")
     run("tag", "--db", str(store), "set", flac, "title=Old Store Edit")
     album = os.path.join(m.mnt, "Fixture Band", "Fixture Album")
