@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::time::SystemTime;
 
-use retagfs_store::Format;
+/// The format of a [`FileEntry`].
+pub use retagfs_store::Format;
 use sha2::{Digest, Sha256};
 
 pub const ROOT_INO: u64 = 1;
@@ -133,6 +134,30 @@ impl TreeBuilder {
 pub struct Invalidations {
     pub entries: Vec<(u64, String)>,
     pub inodes: Vec<u64>,
+}
+
+/// Where a directory listing resumes after an entry (the offset the kernel
+/// hands back): 1 after ".", 2 after "..", else the entry's own cookie. A
+/// cookie names an entry rather than counting entries, so a listing of a
+/// large directory resumes with a seek instead of a count from the start,
+/// and entries added or removed meanwhile shift no other entry. Files'
+/// cookies are their inode + 2 (file inodes start at 2); directories'
+/// inodes (the high bit set) are their own.
+pub fn listing_cookie(ino: u64) -> u64 {
+    if ino & DIR_BIT != 0 {
+        ino
+    } else {
+        ino + 2
+    }
+}
+
+/// The entry a [`listing_cookie`] above 2 names.
+pub fn ino_of_listing_cookie(cookie: u64) -> u64 {
+    if cookie & DIR_BIT != 0 {
+        cookie
+    } else {
+        cookie - 2
+    }
 }
 
 pub fn file_ino(track_id: i64) -> u64 {
