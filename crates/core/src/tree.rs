@@ -3,14 +3,14 @@
 //! remounts (files: from the track id; directories: from a hash of the path).
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 
 /// Maps keyed by inode numbers (looked up on every request) and the like:
 /// hashed fast.
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::time::SystemTime;
 
-/// The format of a [`FileEntry`].
-pub use retagfs_store::Format;
+use retagfs_store::Format;
 use sha2::{Digest, Sha256};
 
 pub const ROOT_INO: u64 = 1;
@@ -134,6 +134,16 @@ impl TreeBuilder {
 pub struct Invalidations {
     pub entries: Vec<(u64, String)>,
     pub inodes: Vec<u64>,
+}
+
+/// A directory's entries from a position: (inode, name, listing cookie).
+pub type Listing<'a> = Box<dyn Iterator<Item = (u64, &'a str, u64)> + 'a>;
+
+/// Why a directory cannot be listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListingError {
+    NotFound,
+    NotADirectory,
 }
 
 /// Where a directory listing resumes after an entry (the offset the kernel
@@ -491,6 +501,34 @@ impl Tree {
         self.nodes.get_mut(&ino)
     }
 
+    /// The entries of directory `dir` after position `offset` ("." and
+    /// ".." first), each as (inode, name, its [`listing_cookie`]). An
+    /// offset naming an entry no longer in the directory (a refresh moved
+    /// it between two replies) lists nothing more: its position is gone,
+    /// and the refresh made the kernel list the directory anew.
+    pub fn listing(&self, dir: u64, offset: u64) -> Result<Listing<'_>, ListingError> {
+        let node = self.nodes.get(&dir).ok_or(ListingError::NotFound)?;
+        let Entry::Dir { children } = &node.entry else {
+            return Err(ListingError::NotADirectory);
+        };
+        let after: Box<dyn Iterator<Item = (&String, &u64)> + '_> = match offset {
+            0..=2 => Box::new(children.iter()),
+            cookie => {
+                let last = ino_of_listing_cookie(cookie);
+                match self.nodes.get(&last) {
+                    Some(n) if n.parent == dir && children.get(&n.name) == Some(&last) => Box::new(
+                        children.range::<str, _>((Bound::Excluded(n.name.as_str()), Bound::Unbounded)),
+                    ),
+                    _ => Box::new(std::iter::empty()),
+                }
+            }
+        };
+        let dots = [(dir, ".", 1), (node.parent, "..", 2)];
+        Ok(Box::new(dots.into_iter().skip(offset.min(2) as usize).chain(
+            after.map(|(name, &child)| (child, name.as_str(), listing_cookie(child))),
+        )))
+    }
+
     pub fn child(&self, dir: u64, name: &str) -> Option<u64> {
         match &self.nodes.get(&dir)?.entry {
             Entry::Dir { children } => children.get(name).copied(),
@@ -691,6 +729,70 @@ mod tests {
         assert!(t.next_suffix.is_empty());
         t.replace(file_ino(4), Some(place(4, "D999/x")), &mut out);
         assert_eq!(t.child(last, "x.flac"), Some(file_ino(4)));
+    }
+
+    /// A folder of `n` files and one subfolder.
+    fn folder_of(n: i64) -> Tree {
+        let mut places: Vec<Placement> = (1..=n)
+            .map(|id| place(id, &format!("A/{:03} song", (id * 37) % 101)))
+            .collect();
+        places.push(place(n + 1, "A/sub/x"));
+        Tree::build(places)
+    }
+
+    /// The names listed after `offset`, at most `room` of them, and the
+    /// offset to resume from.
+    fn page(t: &Tree, dir: u64, offset: u64, room: usize) -> (Vec<String>, u64) {
+        let mut next = offset;
+        let names = t
+            .listing(dir, offset)
+            .unwrap()
+            .take(room)
+            .map(|(_, name, cookie)| {
+                next = cookie;
+                name.to_string()
+            })
+            .collect();
+        (names, next)
+    }
+
+    #[test]
+    fn a_listing_read_in_pages_of_any_size_names_every_entry_once() {
+        let t = folder_of(60);
+        let dir = t.child(ROOT_INO, "A").unwrap();
+        let (whole, _) = page(&t, dir, 0, usize::MAX);
+        assert_eq!(whole.len(), 2 + 61);
+        assert_eq!(&whole[..2], [".", ".."]);
+        for room in 1..=7 {
+            let (mut listed, mut offset) = (Vec::new(), 0);
+            loop {
+                let (names, next) = page(&t, dir, offset, room);
+                if names.is_empty() {
+                    break;
+                }
+                listed.extend(names);
+                offset = next;
+            }
+            assert_eq!(listed, whole, "pages of {room}");
+        }
+        assert_eq!(t.listing(file_ino(1), 0).err(), Some(ListingError::NotADirectory));
+        assert_eq!(t.listing(12345, 0).err(), Some(ListingError::NotFound));
+    }
+
+    #[test]
+    fn an_entry_removed_between_pages_shifts_no_other() {
+        let mut t = folder_of(30);
+        let dir = t.child(ROOT_INO, "A").unwrap();
+        let (whole, _) = page(&t, dir, 0, usize::MAX);
+        let (first, offset) = page(&t, dir, 0, 10);
+        // A refresh removes an entry already listed.
+        let gone = t.child(dir, &first[5]).unwrap();
+        t.replace(gone, None, &mut Invalidations::default());
+        let (rest, _) = page(&t, dir, offset, usize::MAX);
+        assert_eq!([first, rest].concat(), whole);
+        // Resuming after an entry that is gone ends the listing.
+        assert!(page(&t, dir, listing_cookie(gone), usize::MAX).0.is_empty());
+        assert_eq!(file_ino(1), 2, "file cookies start above the dots' 1 and 2");
     }
 
     #[test]

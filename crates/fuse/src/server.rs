@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::ops::Bound;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender};
@@ -12,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{Errno, FileAttr, FileType, FopenFlags, INodeNo};
-use retagfs_core::tree::{ino_of_listing_cookie, listing_cookie, Entry, Node, Tree};
+use retagfs_core::tree::{Entry, ListingError, Node, Tree};
 use retagfs_core::{Library, OpenFile};
 
 use crate::backing::Backing;
@@ -312,38 +311,18 @@ impl Server {
 }
 
 /// Calls `add(child ino, child node, next offset, name)` for the entries
-/// of directory `ino` after `offset` ("." and ".." first; offsets are
-/// [`listing_cookie`]s), until it returns true (reply buffer full). An
-/// offset naming an entry no longer in the directory (a refresh moved it
-/// between two replies) ends the listing: its position is gone, and the
-/// refresh made the kernel list the directory anew.
+/// of directory `ino` after `offset` ([`Tree::listing`]), until it
+/// returns true (reply buffer full).
 pub(crate) fn dir_entries(
     tree: &Tree,
     ino: u64,
     offset: u64,
     mut add: impl FnMut(u64, Option<&Node>, u64, &str) -> bool,
 ) -> Result<(), Errno> {
-    let node = tree.get(ino).ok_or(Errno::ENOENT)?;
-    let Entry::Dir { children } = &node.entry else {
-        return Err(Errno::ENOTDIR);
-    };
-    let dots = [(ino, ".", 1), (node.parent, "..", 2)];
-    let after: Box<dyn Iterator<Item = (&String, &u64)>> = match offset {
-        0..=2 => Box::new(children.iter()),
-        cookie => {
-            let last = ino_of_listing_cookie(cookie);
-            match tree.get(last) {
-                Some(n) if n.parent == ino && children.get(&n.name) == Some(&last) => {
-                    Box::new(children.range::<str, _>((Bound::Excluded(n.name.as_str()), Bound::Unbounded)))
-                }
-                _ => return Ok(()),
-            }
-        }
-    };
-    let entries = dots
-        .into_iter()
-        .skip(offset.min(2) as usize)
-        .chain(after.map(|(name, &child)| (child, name.as_str(), listing_cookie(child))));
+    let entries = tree.listing(ino, offset).map_err(|e| match e {
+        ListingError::NotFound => Errno::ENOENT,
+        ListingError::NotADirectory => Errno::ENOTDIR,
+    })?;
     for (child, name, cookie) in entries {
         if add(child, tree.get(child), cookie, name) {
             break;
@@ -358,87 +337,5 @@ pub(crate) fn kind_of(node: Option<&Node>) -> FileType {
     match node.map(|n| &n.entry) {
         Some(Entry::File(_)) => FileType::RegularFile,
         _ => FileType::Directory,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use retagfs_core::tree::{file_ino, FileEntry, Format, Invalidations, Placement, TreeBuilder, ROOT_INO};
-
-    fn placement(id: i64, path: &str) -> Placement {
-        Placement {
-            path: path.to_string(),
-            file: FileEntry {
-                track_id: id,
-                format: Format::Flac,
-                size: 1,
-                mtime_ns: 0,
-                content_version: 1,
-            },
-        }
-    }
-
-    /// A folder of `n` files and one subfolder.
-    fn tree(n: i64) -> Tree {
-        let mut b = TreeBuilder::default();
-        for id in 1..=n {
-            b.add(placement(id, &format!("A/{:03} song", (id * 37) % 101)));
-        }
-        b.add(placement(n + 1, "A/sub/x"));
-        b.finish()
-    }
-
-    /// The names listed from `offset` on, at most `room` of them, and the
-    /// offset to resume from.
-    fn page(tree: &Tree, dir: u64, offset: u64, room: usize) -> (Vec<String>, u64) {
-        let (mut names, mut next) = (Vec::new(), offset);
-        dir_entries(tree, dir, offset, |_, _, cookie, name| {
-            if names.len() == room {
-                return true;
-            }
-            names.push(name.to_string());
-            next = cookie;
-            false
-        })
-        .unwrap();
-        (names, next)
-    }
-
-    #[test]
-    fn a_listing_read_in_pages_of_any_size_names_every_entry_once() {
-        let t = tree(60);
-        let dir = t.child(ROOT_INO, "A").unwrap();
-        let (whole, _) = page(&t, dir, 0, usize::MAX);
-        assert_eq!(whole.len(), 2 + 61);
-        assert_eq!(&whole[..2], [".", ".."]);
-        for room in 1..=7 {
-            let (mut listed, mut offset) = (Vec::new(), 0);
-            loop {
-                let (names, next) = page(&t, dir, offset, room);
-                if names.is_empty() {
-                    break;
-                }
-                listed.extend(names);
-                offset = next;
-            }
-            assert_eq!(listed, whole, "pages of {room}");
-        }
-    }
-
-    #[test]
-    fn an_entry_removed_between_pages_shifts_no_other() {
-        let mut t = tree(30);
-        let dir = t.child(ROOT_INO, "A").unwrap();
-        let (whole, _) = page(&t, dir, 0, usize::MAX);
-        let (first, offset) = page(&t, dir, 0, 10);
-        // A refresh removes an entry already listed.
-        let gone = t.child(dir, &first[5]).unwrap();
-        t.replace(gone, None, &mut Invalidations::default());
-        let (rest, _) = page(&t, dir, offset, usize::MAX);
-        assert_eq!([first, rest].concat(), whole);
-        // Resuming after an entry that is gone ends the listing.
-        assert!(page(&t, dir, listing_cookie(gone), usize::MAX).0.is_empty());
-        assert_eq!(file_ino(1), 2, "file cookies start above the dots' 1 and 2");
     }
 }
