@@ -305,7 +305,12 @@ fn worker<'a>(jobs: Receiver<Job<'a>>, results: Sender<Outcome<'a>>) {
 #[derive(Default)]
 struct MoveCandidates {
     /// Gone tracks under the roots scanned.
-    gone: HashMap<[u8; 32], Vec<(i64, String)>>,
+    gone: HashMap<[u8; 32], Candidates>,
+    /// Gone tracks outside the roots, looked up by fingerprint the first
+    /// time a new file has it (once per fingerprint: a library of many
+    /// copies of one recording, moved, must not stat every copy again for
+    /// each new file).
+    gone_elsewhere: HashMap<[u8; 32], Candidates>,
     roots: Vec<PathBuf>,
     /// Whether the store holds tracks outside the roots, which a new file
     /// may be one of, moved.
@@ -318,37 +323,105 @@ impl MoveCandidates {
         let ids: Vec<i64> = paths.keys().copied().collect();
         for (id, fingerprint) in db.fingerprints(&ids)? {
             let path = paths[&id].to_string();
-            self.gone.entry(fingerprint).or_default().push((id, path));
+            self.gone.entry(fingerprint).or_default().push(id, path);
         }
         Ok(())
     }
 
-    /// The track that a new file at `path` with this fingerprint is.
+    /// The track (id and old path) that a new file at `path` with this
+    /// fingerprint is: one gone under the roots first, else one gone
+    /// elsewhere.
     fn take(
         &mut self,
         tx: &store::Transaction<'_>,
         fingerprint: &[u8; 32],
         path: &str,
-    ) -> anyhow::Result<Option<i64>> {
-        if let Some(candidates) = self.gone.get_mut(fingerprint) {
-            let best = (0..candidates.len()).max_by_key(|&i| same_ending(&candidates[i].1, path));
-            if let Some(best) = best {
-                let (id, _) = candidates.swap_remove(best);
-                if candidates.is_empty() {
-                    self.gone.remove(fingerprint);
-                }
-                return Ok(Some(id));
-            }
+    ) -> anyhow::Result<Option<(i64, String)>> {
+        if let Some(found) = self.gone.get_mut(fingerprint).and_then(|c| c.take(path)) {
+            return Ok(Some(found));
         }
         if !self.elsewhere {
             return Ok(None);
         }
-        let gone_elsewhere = store::tracks_with_fingerprint(tx, fingerprint)?
-            .into_iter()
-            .filter(|(_, p)| !under_roots(p, &self.roots) && file_is_gone(p));
-        Ok(gone_elsewhere
-            .max_by_key(|(_, p)| same_ending(p, path))
-            .map(|(id, _)| id))
+        let elsewhere = match self.gone_elsewhere.entry(*fingerprint) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let mut found = Candidates::default();
+                for (id, old) in store::tracks_with_fingerprint(tx, fingerprint)? {
+                    if !under_roots(&old, &self.roots) && file_is_gone(&old) {
+                        found.push(id, old);
+                    }
+                }
+                e.insert(found)
+            }
+        };
+        Ok(elsewhere.take(path))
+    }
+}
+
+/// Gone tracks of one fingerprint, indexed by the last two components of
+/// their paths (a library moved whole keeps them) and by file name, so
+/// that each new file finds its own among thousands of copies without
+/// comparing with each.
+#[derive(Default)]
+struct Candidates {
+    /// (id, old path), None once taken.
+    tracks: Vec<Option<(i64, String)>>,
+    by_tail: HashMap<String, Vec<usize>>,
+    by_name: HashMap<String, Vec<usize>>,
+    /// Tracks before this one are all taken.
+    next_left: usize,
+}
+
+impl Candidates {
+    fn push(&mut self, id: i64, path: String) {
+        let i = self.tracks.len();
+        self.by_tail.entry(tail(&path).to_string()).or_default().push(i);
+        self.by_name
+            .entry(file_name(&path).to_string())
+            .or_default()
+            .push(i);
+        self.tracks.push(Some((id, path)));
+    }
+
+    /// The track whose old path ends most like `path`, taken: one whose
+    /// last two components match (ending more like it than any other),
+    /// else one of the same file name, else any.
+    fn take(&mut self, path: &str) -> Option<(i64, String)> {
+        let tracks = &self.tracks;
+        let left = |indexes: &mut Vec<usize>| {
+            indexes.retain(|&i| tracks[i].is_some());
+            indexes.last().copied()
+        };
+        let same_tail = self.by_tail.get_mut(tail(path)).and_then(|same_tail| {
+            left(same_tail)?;
+            same_tail
+                .iter()
+                .copied()
+                .max_by_key(|&i| tracks[i].as_ref().map(|(_, old)| same_ending(old, path)))
+        });
+        let best = same_tail
+            .or_else(|| self.by_name.get_mut(file_name(path)).and_then(left))
+            .or_else(|| {
+                while self.next_left < tracks.len() && tracks[self.next_left].is_none() {
+                    self.next_left += 1;
+                }
+                (self.next_left < tracks.len()).then_some(self.next_left)
+            })?;
+        self.tracks[best].take()
+    }
+}
+
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// The last two components of a path.
+fn tail(path: &str) -> &str {
+    let mut slashes = path.rmatch_indices('/').map(|(i, _)| i);
+    match (slashes.next(), slashes.next()) {
+        (Some(_), Some(i)) => &path[i + 1..],
+        _ => path,
     }
 }
 
@@ -875,7 +948,15 @@ fn write_results(
                         Some(fp) => moved_from.take(&tx, &fp, job.path)?,
                         None => None,
                     };
-                    if let Some(id) = was_moved {
+                    if let Some((id, old)) = was_moved {
+                        if !under_roots(&old, &moved_from.roots) {
+                            // Its folder's record (from a scan of that
+                            // root) no longer tells the truth: a file
+                            // there is no longer a track.
+                            if let Some((folder, _)) = old.rsplit_once('/') {
+                                store::forget_scanned_dir(&tx, folder)?;
+                            }
+                        }
                         store::move_track(&tx, id, &track)?;
                         moved.insert(id);
                         summary.moved += 1;

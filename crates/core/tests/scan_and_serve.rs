@@ -156,6 +156,48 @@ fn a_library_scanned_at_a_new_path_moves_its_tracks() {
         .tags(moved.id)
         .unwrap()
         .contains(&("title".into(), "Edited".into())));
+
+    // And back: the record of what the first scan saw at the old path no
+    // longer says its files are tracks (they moved away meanwhile).
+    std::fs::rename(&new, &old).unwrap();
+    let s = scan(&mut db, &opts(&old, false), &|_| {}).unwrap();
+    assert_eq!((s.moved, s.added, s.unchanged), (first.added, 0, 0), "{s:?}");
+    let back = db
+        .resolve_track(old.join("tagged.flac").to_str().unwrap())
+        .unwrap();
+    assert_eq!(back.id, flac.id);
+}
+
+/// Many copies of one recording (one fingerprint), moved: each goes back
+/// to the track whose old path ends like its new one.
+#[test]
+fn copies_of_one_recording_moved_keep_their_own_tracks() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("old");
+    for album in 0..30 {
+        let folder = old.join(format!("Album {album}"));
+        std::fs::create_dir_all(&folder).unwrap();
+        for n in 0..3 {
+            std::fs::copy(fixtures().join("tagged.flac"), folder.join(format!("{n}.flac"))).unwrap();
+        }
+    }
+    let mut db = Store::open(&dir.path().join("store.db")).unwrap();
+    scan(&mut db, &opts(&old, false), &|_| {}).unwrap();
+    let before: Vec<(i64, String)> = db
+        .tracks()
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.id, t.backing_path))
+        .collect();
+    let new = dir.path().join("new");
+    std::fs::rename(&old, &new).unwrap();
+    let s = scan(&mut db, &opts(&new, false), &|_| {}).unwrap();
+    assert_eq!((s.moved, s.added), (90, 0), "{s:?}");
+    let (old_prefix, new_prefix) = (old.to_str().unwrap(), new.to_str().unwrap());
+    for (id, path) in before {
+        let now = db.track(id).unwrap().unwrap().backing_path;
+        assert_eq!(now, path.replacen(old_prefix, new_prefix, 1));
+    }
 }
 
 #[test]
