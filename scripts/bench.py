@@ -5,7 +5,8 @@ Generates its libraries, then measures retagfs beside the same operation done
 directly on the backing files in the same run, as a ratio:
 
   scan      first scan and re-scan of 20k tiny FLACs (2,000 artists x 10
-            tracks), first scan of 200 mixed-format tracks; peak RSS
+            tracks), the scan of them moved to another path, first scan
+            of 200 mixed-format tracks; peak RSS
   mount     mount to the end of the first `ls` of the root
   walk      `find -type f` over the mount, first and repeated
   stat      stat of every file on a fresh mount; daemon RSS afterwards
@@ -222,6 +223,23 @@ def scan(lib, db, *extra):
     return elapsed, usage.ru_maxrss / 1024
 
 
+def moved_scan(lib, db):
+    """Seconds to scan the library renamed to another path, into a copy of
+    its store (the library and `db` are as they were after)."""
+    moved, copy = lib + "-moved", db + "-moved"
+    for suffix in ("", "-wal"):
+        if os.path.exists(db + suffix):
+            shutil.copy(db + suffix, copy + suffix)
+    os.rename(lib, moved)
+    try:
+        return scan(moved, copy)[0]
+    finally:
+        os.rename(moved, lib)
+        for suffix in ("", "-wal", "-shm", "-scan.lock"):
+            if os.path.exists(copy + suffix):
+                os.remove(copy + suffix)
+
+
 # How mounts take requests: "on" (FUSE over io_uring, where the kernel has
 # it) or "off" (/dev/fuse); set by --io-uring.
 IO_URING = ["--io-uring", "off"]
@@ -329,6 +347,8 @@ def bench_scan(work, n, runs, mixed=True):
     row("scan", f"re-scan, {n} unchanged, every folder listed (--full)",
         *alternated(lambda: scan(lib, db, "--full"), lambda: find(lib), rescans),
         note="direct = find over the library")
+    row("scan", f"scan of the {n} tracks moved to another path", moved_scan(lib, db),
+        note="every track found moved (one recording: the worst case)")
     if not mixed:
         return lib, db
     mixed = make_mixed_library(work)
