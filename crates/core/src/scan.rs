@@ -389,8 +389,12 @@ impl Candidates {
     /// else one of the same file name, else any.
     fn take(&mut self, path: &str) -> Option<(i64, String)> {
         let tracks = &self.tracks;
+        // The last one not taken yet (taken ones are dropped from the end
+        // as they come up: each at most once).
         let left = |indexes: &mut Vec<usize>| {
-            indexes.retain(|&i| tracks[i].is_some());
+            while indexes.last().is_some_and(|&i| tracks[i].is_none()) {
+                indexes.pop();
+            }
             indexes.last().copied()
         };
         let same_tail = self.by_tail.get_mut(tail(path)).and_then(|same_tail| {
@@ -398,6 +402,7 @@ impl Candidates {
             same_tail
                 .iter()
                 .copied()
+                .filter(|&i| tracks[i].is_some())
                 .max_by_key(|&i| tracks[i].as_ref().map(|(_, old)| same_ending(old, path)))
         });
         let best = same_tail
