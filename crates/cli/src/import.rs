@@ -13,7 +13,12 @@ use crate::UsageError;
 pub fn run(a: ImportArgs) -> anyhow::Result<()> {
     let text = read_input(&a.file)?;
     let mut db = crate::open_existing(&a.db)?;
-    let changes = import::plan(&db, &text).map_err(|e| match e {
+    // One read transaction: every entry is checked against one state of
+    // the store (and no lock is taken and dropped per query).
+    let changes = db
+        .read_snapshot(|s| Ok(import::plan(s, &text)))
+        .map_err(anyhow::Error::from)?;
+    let changes = changes.map_err(|e| match e {
         ImportError::Invalid { .. } => anyhow::Error::new(UsageError(e.to_string())),
         ImportError::Store(e) => e.into(),
     })?;

@@ -408,13 +408,18 @@ impl Store {
                 return Ok(t);
             }
         }
-        let path = std::fs::canonicalize(reference)
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| reference.to_string());
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {TRACK_COLUMNS} FROM tracks WHERE backing_path = ?1"
         ))?;
-        stmt.query_row([&path], track_from_row)
+        // A path as the store has it (an export's) needs no resolving
+        // (which reads every symlink along it).
+        if let Some(t) = stmt.query_row([reference], track_from_row).optional()? {
+            return Ok(t);
+        }
+        let Ok(path) = std::fs::canonicalize(reference) else {
+            return Err(StoreError::NoSuchTrack(reference.to_string()));
+        };
+        stmt.query_row([path.to_string_lossy()], track_from_row)
             .optional()?
             .ok_or_else(|| StoreError::NoSuchTrack(reference.to_string()))
     }

@@ -482,3 +482,29 @@ fn a_tracks_rows_are_read_and_edited_without_re_preparing_statements() {
     assert_eq!(reprepared(&tx), 0, "edits");
     tx.commit().unwrap();
 }
+
+#[test]
+fn a_track_is_named_by_id_by_its_path_or_by_a_path_that_resolves_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().canonicalize().unwrap().join("real");
+    std::fs::create_dir(&real).unwrap();
+    std::fs::write(real.join("a.flac"), b"x").unwrap();
+    std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+    let mut db = Store::open(&dir.path().join("s.db")).unwrap();
+    let tx = db.write().unwrap();
+    let stored = real.join("a.flac").to_str().unwrap().to_string();
+    let id = store::write_scanned(&tx, &track(&stored), None).unwrap();
+    // A track whose file is gone is still named by its stored path.
+    let gone = store::write_scanned(&tx, &track("/gone/b.flac"), None).unwrap();
+    tx.commit().unwrap();
+
+    assert_eq!(db.resolve_track(&id.to_string()).unwrap().id, id);
+    assert_eq!(db.resolve_track(&stored).unwrap().id, id);
+    let through_link = dir.path().join("link/a.flac");
+    assert_eq!(db.resolve_track(through_link.to_str().unwrap()).unwrap().id, id);
+    assert_eq!(db.resolve_track("/gone/b.flac").unwrap().id, gone);
+    assert!(matches!(
+        db.resolve_track("/nowhere/c.flac"),
+        Err(StoreError::NoSuchTrack(_))
+    ));
+}
