@@ -235,9 +235,14 @@ def moved_scan(lib, db):
         return scan(moved, copy)[0]
     finally:
         os.rename(moved, lib)
-        for suffix in ("", "-wal", "-shm", "-scan.lock"):
-            if os.path.exists(copy + suffix):
-                os.remove(copy + suffix)
+        remove_store(copy)
+
+
+def remove_store(db):
+    """Removes a store and the files SQLite and the scan keep beside it."""
+    for suffix in ("", "-wal", "-shm", "-scan.lock"):
+        if os.path.exists(db + suffix):
+            os.remove(db + suffix)
 
 
 # How mounts take requests: "on" (FUSE over io_uring, where the kernel has
@@ -329,9 +334,7 @@ def bench_scan(work, n, runs, mixed=True):
     firsts, rss = [], []
     for r in range(runs):
         db = os.path.join(work, f"scan-{n}-{r}.db")
-        for suffix in ("", "-wal", "-shm"):
-            if os.path.exists(db + suffix):
-                os.remove(db + suffix)
+        remove_store(db)
         s, m = scan(lib, db)
         firsts.append(s)
         rss.append(m)
@@ -355,9 +358,7 @@ def bench_scan(work, n, runs, mixed=True):
     mixed_times = []
     for r in range(runs):
         mdb = os.path.join(work, f"mixed-{r}.db")
-        for suffix in ("", "-wal", "-shm"):
-            if os.path.exists(mdb + suffix):
-                os.remove(mdb + suffix)
+        remove_store(mdb)
         mixed_times.append(scan(mixed, mdb)[0])
     row("scan", "first scan, 200 mixed-format tracks",
         spread(mixed_times))
@@ -631,9 +632,7 @@ def bench_slow_scan(work, runs, n=2000, delay_ms=1):
     with slow_view(work, make_flac_library(work, n), "slow-scan", faults) as slow:
         db = os.path.join(work, "slow-scan.db")
         def first(*extra):
-            for suffix in ("", "-wal", "-shm"):
-                if os.path.exists(db + suffix):
-                    os.remove(db + suffix)
+            remove_store(db)
             return scan(slow, db, *extra)[0]
         per_core = ["-j", str(cores)]
         firsts = [(first(), first(*per_core)) for _ in range(runs)]

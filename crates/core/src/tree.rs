@@ -153,7 +153,7 @@ pub enum ListingError {
 /// and entries added or removed meanwhile shift no other entry. Files'
 /// cookies are their inode + 2 (file inodes start at 2); directories'
 /// inodes (the high bit set) are their own.
-pub fn listing_cookie(ino: u64) -> u64 {
+fn listing_cookie(ino: u64) -> u64 {
     if ino & DIR_BIT != 0 {
         ino
     } else {
@@ -162,7 +162,7 @@ pub fn listing_cookie(ino: u64) -> u64 {
 }
 
 /// The entry a [`listing_cookie`] above 2 names.
-pub fn ino_of_listing_cookie(cookie: u64) -> u64 {
+fn ino_of_listing_cookie(cookie: u64) -> u64 {
     if cookie & DIR_BIT != 0 {
         cookie
     } else {
@@ -511,18 +511,20 @@ impl Tree {
         let Entry::Dir { children } = &node.entry else {
             return Err(ListingError::NotADirectory);
         };
-        let after: Box<dyn Iterator<Item = (&String, &u64)> + '_> = match offset {
-            0..=2 => Box::new(children.iter()),
+        let from = match offset {
+            0..=2 => Some(Bound::Unbounded),
             cookie => {
                 let last = ino_of_listing_cookie(cookie);
-                match self.nodes.get(&last) {
-                    Some(n) if n.parent == dir && children.get(&n.name) == Some(&last) => Box::new(
-                        children.range::<str, _>((Bound::Excluded(n.name.as_str()), Bound::Unbounded)),
-                    ),
-                    _ => Box::new(std::iter::empty()),
-                }
+                self.nodes
+                    .get(&last)
+                    .filter(|n| n.parent == dir && children.get(&n.name) == Some(&last))
+                    .map(|n| Bound::Excluded(n.name.as_str()))
             }
         };
+        let after = from
+            .map(|from| children.range::<str, _>((from, Bound::Unbounded)))
+            .into_iter()
+            .flatten();
         let dots = [(dir, ".", 1), (node.parent, "..", 2)];
         Ok(Box::new(dots.into_iter().skip(offset.min(2) as usize).chain(
             after.map(|(name, &child)| (child, name.as_str(), listing_cookie(child))),
