@@ -92,6 +92,9 @@ fn run(
         return;
     };
     let mut served = StoreFile::at(db, loaded);
+    // An edit committed after the library was loaded but before the
+    // version above was read changes nothing this loop would see.
+    refresh(lib, on_refresh);
     while !stop.load(Ordering::Relaxed) {
         if let Some((ino, names)) = inotify.as_mut() {
             wait_for_db_event(ino, names, &mut buf);
@@ -102,9 +105,9 @@ fn run(
             StoreChange::None => {}
             StoreChange::Removed => continue,
             StoreChange::Replaced(identity) => {
-                if let Some(replaced) = served.load(lib, db, identity, on_refresh) {
+                if let Some((replaced, loaded_version)) = served.load(lib, db, identity, on_refresh) {
                     store = replaced;
-                    version = store.data_version().unwrap_or(0);
+                    version = loaded_version;
                 }
                 continue;
             }
@@ -118,24 +121,29 @@ fn run(
                 continue;
             }
         }
-        let started = Instant::now();
-        match lib.refresh() {
-            Ok(r) if r.tracks > 0 => {
-                tracing::info!(
-                    "refresh: {} track(s) changed{} in {:.2} ms",
-                    r.tracks,
-                    if r.rebuilt {
-                        " (change log truncated: full rebuild)"
-                    } else {
-                        ""
-                    },
-                    started.elapsed().as_secs_f64() * 1000.0
-                );
-                on_refresh(&r);
-            }
-            Ok(_) => {}
-            Err(e) => tracing::error!("refresh failed: {e:#}"),
+        refresh(lib, on_refresh);
+    }
+}
+
+/// Brings the library up to date with what the store committed.
+fn refresh(lib: &Library, on_refresh: &dyn Fn(&Refresh)) {
+    let started = Instant::now();
+    match lib.refresh() {
+        Ok(r) if r.tracks > 0 => {
+            tracing::info!(
+                "refresh: {} track(s) changed{} in {:.2} ms",
+                r.tracks,
+                if r.rebuilt {
+                    " (change log truncated: full rebuild)"
+                } else {
+                    ""
+                },
+                started.elapsed().as_secs_f64() * 1000.0
+            );
+            on_refresh(&r);
         }
+        Ok(_) => {}
+        Err(e) => tracing::error!("refresh failed: {e:#}"),
     }
 }
 
@@ -245,15 +253,27 @@ impl StoreFile {
     }
 
     /// Serves the store now at `db` (file `id`); its connection for the
-    /// watcher comes back, or None when it cannot be loaded yet.
-    fn load(&mut self, lib: &Library, db: &Path, id: FileId, on_refresh: &dyn Fn(&Refresh)) -> Option<Store> {
+    /// watcher comes back with the data version read before the reload, or
+    /// None when it cannot be loaded yet.
+    fn load(
+        &mut self,
+        lib: &Library,
+        db: &Path,
+        id: FileId,
+        on_refresh: &dyn Fn(&Refresh),
+    ) -> Option<(Store, i64)> {
         let started = Instant::now();
         self.remove_stale_companions();
+        // The version is read first: an edit committed after the reload
+        // read the store then still changes it, and is refreshed.
         let loaded = Store::open_read_only(db)
             .map_err(anyhow::Error::from)
-            .and_then(|store| Ok((store, lib.reload()?)));
+            .and_then(|store| {
+                let version = store.data_version()?;
+                Ok((store, version, lib.reload()?))
+            });
         match loaded {
-            Ok((store, r)) => {
+            Ok((store, version, r)) => {
                 tracing::warn!(
                     "the store {} was replaced: loaded the new one ({} tracks) in {:.1} ms",
                     db.display(),
@@ -262,7 +282,7 @@ impl StoreFile {
                 );
                 on_refresh(&r);
                 *self = StoreFile::at(db, id);
-                Some(store)
+                Some((store, version))
             }
             Err(e) => {
                 if self.refused != Some(id) {

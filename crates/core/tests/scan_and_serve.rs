@@ -822,6 +822,60 @@ fn a_replaced_store_is_reloaded_and_older_handles_do_not_read_its_pictures() {
     assert_eq!(whole.unwrap_err().raw_os_error(), Some(libc::EIO));
 }
 
+/// An edit committed while the watcher starts, or while it loads a store
+/// moved over the served one, is followed: the watcher's baseline is read
+/// before what it loads, not after (under load, a test's edit once landed
+/// in that gap and never showed).
+#[test]
+fn edits_made_as_the_watcher_starts_or_reloads_are_followed() {
+    let (dir, db_path, mut db) = scanned();
+    let lib = Arc::new(Library::load(&db_path, view(Mode::Synthesis)).unwrap());
+    let flac = db
+        .resolve_track(dir.path().join("tagged.flac").to_str().unwrap())
+        .unwrap();
+    // Committed after the load, before the watcher exists.
+    let tx = db.write().unwrap();
+    store::set_tag(&tx, flac.id, "title", &["Before The Watcher".into()]).unwrap();
+    tx.commit().unwrap();
+    drop(db);
+
+    // The first rebuild is the replaced store's load: the callback edits
+    // the new store before the watcher can read its version.
+    let (refreshed, refreshes) = std::sync::mpsc::channel();
+    let (edit_path, backing) = (db_path.clone(), flac.backing_path.clone());
+    let edited = std::sync::atomic::AtomicBool::new(false);
+    let watcher = Watcher::spawn(lib.clone(), &db_path, move |r| {
+        if r.rebuilt && !edited.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let mut db = Store::open(&edit_path).unwrap();
+            let id = db.resolve_track(&backing).unwrap().id;
+            let tx = db.write().unwrap();
+            store::set_tag(&tx, id, "title", &["During The Reload".into()]).unwrap();
+            tx.commit().unwrap();
+        }
+        let _ = refreshed.send(r.rebuilt);
+    })
+    .unwrap();
+    assert_eq!(refreshes.recv_timeout(Duration::from_secs(10)), Ok(false));
+    assert_eq!(
+        path_of(&lib, flac.id).unwrap(),
+        "Fixture Band/Fixture Album/03 Before The Watcher.flac"
+    );
+
+    let other = dir.path().join("other.db");
+    let mut rebuilt = Store::open(&other).unwrap();
+    scan(&mut rebuilt, &opts(dir.path(), false), &|_| {}).unwrap();
+    let id = rebuilt.resolve_track(&flac.backing_path).unwrap().id;
+    drop(rebuilt);
+    std::fs::rename(&other, &db_path).unwrap();
+    assert_eq!(refreshes.recv_timeout(Duration::from_secs(10)), Ok(true));
+    assert_eq!(refreshes.recv_timeout(Duration::from_secs(10)), Ok(false));
+    watcher.stop();
+    assert_eq!(
+        path_of(&lib, id).unwrap(),
+        "Fixture Band/Fixture Album/03 During The Reload.flac"
+    );
+}
+
 /// A moved file whose container changed around the same audio (another
 /// tagger rewrote it on the way) keeps its row, with the new structure.
 #[test]
