@@ -53,6 +53,22 @@ fn scanned() -> (tempfile::TempDir, PathBuf, Store) {
     (dir, db_path, db)
 }
 
+/// Sets a track's title in a transaction of its own.
+fn retitle(db: &mut Store, id: i64, title: &str) {
+    let tx = db.write().unwrap();
+    store::set_tag(&tx, id, "title", &[title.into()]).unwrap();
+    tx.commit().unwrap();
+}
+
+/// The library scanned again into `other.db` beside it, as a store
+/// rebuilt elsewhere before it is moved over the served one.
+fn rebuilt_beside(dir: &Path) -> (PathBuf, Store) {
+    let other = dir.join("other.db");
+    let mut rebuilt = Store::open(&other).unwrap();
+    scan(&mut rebuilt, &opts(dir, false), &|_| {}).unwrap();
+    (other, rebuilt)
+}
+
 fn read_all(lib: &Library, ino: u64) -> Vec<u8> {
     let file = lib.open(ino).unwrap();
     let mut out = Vec::new();
@@ -140,9 +156,7 @@ fn a_library_scanned_at_a_new_path_moves_its_tracks() {
     let flac = db
         .resolve_track(old.join("tagged.flac").to_str().unwrap())
         .unwrap();
-    let tx = db.write().unwrap();
-    store::set_tag(&tx, flac.id, "title", &["Edited".into()]).unwrap();
-    tx.commit().unwrap();
+    retitle(&mut db, flac.id, "Edited");
     let new = dir.path().join("new");
     std::fs::rename(&old, &new).unwrap();
     let s = scan(&mut db, &opts(&new, false), &|_| {}).unwrap();
@@ -208,9 +222,7 @@ fn moved_file_keeps_its_row_and_edited_tags() {
     let before = db
         .resolve_track(dir.path().join("tagged.flac").to_str().unwrap())
         .unwrap();
-    let tx = db.write().unwrap();
-    store::set_tag(&tx, before.id, "title", &["Edited".into()]).unwrap();
-    tx.commit().unwrap();
+    retitle(&mut db, before.id, "Edited");
     std::fs::create_dir(dir.path().join("sub")).unwrap();
     std::fs::rename(dir.path().join("tagged.flac"), dir.path().join("sub/moved.flac")).unwrap();
     let s = scan(&mut db, &opts(dir.path(), true), &|_| {}).unwrap();
@@ -236,9 +248,7 @@ fn served_flac_has_store_tags_and_original_audio() {
     let track = db
         .resolve_track(dir.path().join("tagged.flac").to_str().unwrap())
         .unwrap();
-    let tx = db.write().unwrap();
-    store::set_tag(&tx, track.id, "title", &["Retitled".into()]).unwrap();
-    tx.commit().unwrap();
+    retitle(&mut db, track.id, "Retitled");
 
     let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
     let ino = file_ino(track.id);
@@ -678,9 +688,7 @@ fn refresh_follows_edits_removals_and_a_truncated_log() {
         .resolve_track(dir.path().join("tagged.flac").to_str().unwrap())
         .unwrap();
     let before = path_of(&lib, flac.id).unwrap();
-    let tx = db.write().unwrap();
-    store::set_tag(&tx, flac.id, "title", &["Live".into()]).unwrap();
-    tx.commit().unwrap();
+    retitle(&mut db, flac.id, "Live");
     let r = lib.refresh().unwrap();
     assert_eq!((r.tracks, r.rebuilt), (1, false));
     let after = path_of(&lib, flac.id).unwrap();
@@ -726,9 +734,7 @@ fn refresh_follows_edits_removals_and_a_truncated_log() {
 
     // The log truncated past what the library saw: a full rebuild.
     db.conn().execute("DELETE FROM changes", []).unwrap();
-    let tx = db.write().unwrap();
-    store::set_tag(&tx, flac.id, "title", &["Rebuilt".into()]).unwrap();
-    tx.commit().unwrap();
+    retitle(&mut db, flac.id, "Rebuilt");
     db.conn().execute("DELETE FROM changes", []).unwrap();
     let tx = db.write().unwrap();
     store::set_tag(&tx, flac.id, "album", &["New Album".into()]).unwrap();
@@ -754,9 +760,7 @@ fn open_handle_keeps_its_version_across_a_retag() {
     let old = read_all(&lib, file_ino(t.id));
     let file = lib.open(file_ino(t.id)).unwrap();
     let mut first = lib.read(&file, 0, 3000, &mut Vec::new()).unwrap().to_vec();
-    let tx = db.write().unwrap();
-    store::set_tag(&tx, t.id, "title", &["A much longer title than before".into()]).unwrap();
-    tx.commit().unwrap();
+    retitle(&mut db, t.id, "A much longer title than before");
     lib.refresh().unwrap();
     first.extend_from_slice(lib.read(&file, 3000, old.len(), &mut Vec::new()).unwrap());
     assert_eq!(first, old);
@@ -777,9 +781,7 @@ fn a_replaced_store_is_reloaded_and_older_handles_do_not_read_its_pictures() {
         .unwrap();
     // An edit the old store's WAL still holds (the library's connections
     // keep it from being checkpointed away).
-    let tx = db.write().unwrap();
-    store::set_tag(&tx, flac.id, "title", &["Old Store Edit".into()]).unwrap();
-    tx.commit().unwrap();
+    retitle(&mut db, flac.id, "Old Store Edit");
     lib.refresh().unwrap();
     let (refreshed, refreshes) = std::sync::mpsc::channel();
     let watcher = Watcher::spawn(lib.clone(), &db_path, move |r| {
@@ -789,14 +791,10 @@ fn a_replaced_store_is_reloaded_and_older_handles_do_not_read_its_pictures() {
     let before = read_all(&lib, file_ino(flac.id));
     let opened_before = lib.open(file_ino(flac.id)).unwrap();
 
-    let other = dir.path().join("other.db");
-    let mut rebuilt = Store::open(&other).unwrap();
-    scan(&mut rebuilt, &opts(dir.path(), false), &|_| {}).unwrap();
+    let (other, mut rebuilt) = rebuilt_beside(dir.path());
     // Scans probe in parallel: ids need not be the old store's.
     let id = rebuilt.resolve_track(&flac.backing_path).unwrap().id;
-    let tx = rebuilt.write().unwrap();
-    store::set_tag(&tx, id, "title", &["From The New Store".into()]).unwrap();
-    tx.commit().unwrap();
+    retitle(&mut rebuilt, id, "From The New Store");
     drop((rebuilt, db));
     std::fs::rename(&other, &db_path).unwrap();
 
@@ -834,9 +832,7 @@ fn edits_made_as_the_watcher_starts_or_reloads_are_followed() {
         .resolve_track(dir.path().join("tagged.flac").to_str().unwrap())
         .unwrap();
     // Committed after the load, before the watcher exists.
-    let tx = db.write().unwrap();
-    store::set_tag(&tx, flac.id, "title", &["Before The Watcher".into()]).unwrap();
-    tx.commit().unwrap();
+    retitle(&mut db, flac.id, "Before The Watcher");
     drop(db);
 
     // The first rebuild is the replaced store's load: the callback edits
@@ -848,9 +844,7 @@ fn edits_made_as_the_watcher_starts_or_reloads_are_followed() {
         if r.rebuilt && !edited.swap(true, std::sync::atomic::Ordering::SeqCst) {
             let mut db = Store::open(&edit_path).unwrap();
             let id = db.resolve_track(&backing).unwrap().id;
-            let tx = db.write().unwrap();
-            store::set_tag(&tx, id, "title", &["During The Reload".into()]).unwrap();
-            tx.commit().unwrap();
+            retitle(&mut db, id, "During The Reload");
         }
         let _ = refreshed.send(r.rebuilt);
     })
@@ -861,9 +855,7 @@ fn edits_made_as_the_watcher_starts_or_reloads_are_followed() {
         "Fixture Band/Fixture Album/03 Before The Watcher.flac"
     );
 
-    let other = dir.path().join("other.db");
-    let mut rebuilt = Store::open(&other).unwrap();
-    scan(&mut rebuilt, &opts(dir.path(), false), &|_| {}).unwrap();
+    let (other, rebuilt) = rebuilt_beside(dir.path());
     let id = rebuilt.resolve_track(&flac.backing_path).unwrap().id;
     drop(rebuilt);
     std::fs::rename(&other, &db_path).unwrap();
