@@ -293,6 +293,8 @@ pub struct Library {
     /// so refreshes run one at a time.
     seen_seq: Mutex<i64>,
     read_ahead: Mutex<ReadAheadMode>,
+    /// See [`Library::loaded_file`].
+    loaded_file: Option<crate::watch::FileId>,
 }
 
 /// An open file: the layout resolved at open time and the backing file.
@@ -433,6 +435,9 @@ impl Library {
     /// Loads the store and renders the tree.
     pub fn load(db: &Path, config: ViewConfig) -> anyhow::Result<Library> {
         let started = std::time::Instant::now();
+        // Before the open: a file moved to the path after it is then seen
+        // as a replacement by the watcher, not taken for the one loaded.
+        let loaded_file = crate::watch::file_id(db);
         let store = Store::open_read_only(db)?;
         let ((tree, tracks), seq) = store
             .read_snapshot(|s| Ok((load_tree(s, &config)?, s.last_change_seq()?)))
@@ -451,7 +456,14 @@ impl Library {
             prefetched: Mutex::default(),
             seen_seq: Mutex::new(seq),
             read_ahead: Mutex::default(),
+            loaded_file,
         })
+    }
+
+    /// The store file that [`Library::load`] read (its device and inode,
+    /// taken just before it opened the path).
+    pub(crate) fn loaded_file(&self) -> Option<crate::watch::FileId> {
+        self.loaded_file
     }
 
     /// Brings the tree up to date with the store: only the tracks the

@@ -35,7 +35,6 @@ impl Watcher {
         db: &Path,
         on_refresh: impl Fn(&Refresh) + Send + 'static,
     ) -> anyhow::Result<Watcher> {
-        let store = Store::open_read_only(db)?;
         let db_path = db.to_path_buf();
         let inotify = watch_db_files(db)
             .inspect_err(|e| tracing::warn!("inotify unavailable ({e}); polling the store every {POLL:?}"))
@@ -44,7 +43,7 @@ impl Watcher {
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("retagfs-watch".into())
-            .spawn(move || run(&lib, &db_path, store, inotify, &flag, &on_refresh))?;
+            .spawn(move || run(&lib, &db_path, inotify, &flag, &on_refresh))?;
         Ok(Watcher {
             stop,
             _thread: thread,
@@ -79,49 +78,105 @@ fn watch_db_files(db: &Path) -> std::io::Result<(Inotify, Vec<PathBuf>)> {
 fn run(
     lib: &Library,
     db: &Path,
-    mut store: Store,
     mut inotify: Option<(Inotify, Vec<PathBuf>)>,
     stop: &AtomicBool,
     on_refresh: &dyn Fn(&Refresh),
 ) {
     let mut buf = [0u8; 4096];
-    let mut version = store.data_version().unwrap_or(0);
-    // The file the library loaded: the one its first connection holds.
-    let Some(loaded) = file_id(db) else {
-        tracing::error!("the store {} is gone: not following it", db.display());
+    // The file the library loaded, as it was named before it was opened: a
+    // store replaced since is then loaded below like any other.
+    let Some(loaded) = lib.loaded_file() else {
+        tracing::error!(
+            "the store {} was gone as it was loaded: not following it",
+            db.display()
+        );
         return;
     };
     let mut served = StoreFile::at(db, loaded);
-    // An edit committed after the library was loaded but before the
-    // version above was read changes nothing this loop would see.
-    refresh(lib, on_refresh);
+    let mut watching: Option<Watching> = None;
+    let mut open_failed = false;
     while !stop.load(Ordering::Relaxed) {
-        if let Some((ino, names)) = inotify.as_mut() {
-            wait_for_db_event(ino, names, &mut buf);
-        } else {
-            std::thread::sleep(POLL);
-        }
         match served.check(db) {
             StoreChange::None => {}
-            StoreChange::Removed => continue,
-            StoreChange::Replaced(identity) => {
-                if let Some((replaced, loaded_version)) = served.load(lib, db, identity, on_refresh) {
-                    store = replaced;
-                    version = loaded_version;
-                }
+            StoreChange::Removed => {
+                wait(&mut inotify, &mut buf);
                 continue;
             }
+            StoreChange::Replaced(identity) => {
+                // Closed before the new file is opened: SQLite shares what
+                // a connection knows of a file's -wal and -shm with every
+                // later connection to the same file in this process.
+                watching = None;
+                if !served.load(lib, db, identity, on_refresh) {
+                    wait(&mut inotify, &mut buf);
+                    continue;
+                }
+            }
         }
-        // A write that is not committed yet leaves data_version alone.
-        match store.data_version() {
-            Ok(v) if v == version => continue,
-            Ok(v) => version = v,
+        match watching.as_mut() {
+            Some(w) => {
+                if w.committed_since() {
+                    refresh(lib, on_refresh);
+                }
+            }
+            None => {
+                watching = Watching::open(db, &mut open_failed);
+                // What was committed before the connection read its first
+                // version (since the library loaded the store) is caught
+                // up once: no later version change would show it.
+                refresh(lib, on_refresh);
+            }
+        }
+        wait(&mut inotify, &mut buf);
+    }
+}
+
+/// The watcher's connection to the served store and the data version it
+/// last read (which changes with every commit by another connection).
+struct Watching {
+    store: Store,
+    version: i64,
+}
+
+impl Watching {
+    /// `failed` says whether the last try failed (a failure is logged
+    /// once until a try succeeds).
+    fn open(db: &Path, failed: &mut bool) -> Option<Watching> {
+        let opened = Store::open_read_only(db).and_then(|store| {
+            let version = store.data_version()?;
+            Ok(Watching { store, version })
+        });
+        if let Err(e) = &opened {
+            if !std::mem::replace(failed, true) {
+                tracing::warn!(
+                    "watching the store {}: {e}; refreshing at every wake until it opens",
+                    db.display()
+                );
+            }
+        } else {
+            *failed = false;
+        }
+        opened.ok()
+    }
+
+    /// Whether a transaction was committed since the last look (a write
+    /// that is not committed yet leaves the version alone).
+    fn committed_since(&mut self) -> bool {
+        match self.store.data_version() {
+            Ok(v) => v != std::mem::replace(&mut self.version, v),
             Err(e) => {
                 tracing::warn!("checking the store for changes: {e}");
-                continue;
+                false
             }
         }
-        refresh(lib, on_refresh);
+    }
+}
+
+/// Blocks until the store is written (or the poll interval passes).
+fn wait(inotify: &mut Option<(Inotify, Vec<PathBuf>)>, buf: &mut [u8]) {
+    match inotify.as_mut() {
+        Some((ino, names)) => wait_for_db_event(ino, names, buf),
+        None => std::thread::sleep(POLL),
     }
 }
 
@@ -148,9 +203,9 @@ fn refresh(lib: &Library, on_refresh: &dyn Fn(&Refresh)) {
 }
 
 /// A file's device and inode number.
-type FileId = (u64, u64);
+pub(crate) type FileId = (u64, u64);
 
-fn file_id(path: &Path) -> Option<FileId> {
+pub(crate) fn file_id(path: &Path) -> Option<FileId> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
@@ -252,28 +307,13 @@ impl StoreFile {
         }
     }
 
-    /// Serves the store now at `db` (file `id`); its connection for the
-    /// watcher comes back with the data version read before the reload, or
-    /// None when it cannot be loaded yet.
-    fn load(
-        &mut self,
-        lib: &Library,
-        db: &Path,
-        id: FileId,
-        on_refresh: &dyn Fn(&Refresh),
-    ) -> Option<(Store, i64)> {
+    /// Serves the store now at `db` (file `id`); false when it cannot be
+    /// loaded yet.
+    fn load(&mut self, lib: &Library, db: &Path, id: FileId, on_refresh: &dyn Fn(&Refresh)) -> bool {
         let started = Instant::now();
         self.remove_stale_companions();
-        // The version is read first: an edit committed after the reload
-        // read the store then still changes it, and is refreshed.
-        let loaded = Store::open_read_only(db)
-            .map_err(anyhow::Error::from)
-            .and_then(|store| {
-                let version = store.data_version()?;
-                Ok((store, version, lib.reload()?))
-            });
-        match loaded {
-            Ok((store, version, r)) => {
+        match lib.reload() {
+            Ok(r) => {
                 tracing::warn!(
                     "the store {} was replaced: loaded the new one ({} tracks) in {:.1} ms",
                     db.display(),
@@ -282,7 +322,7 @@ impl StoreFile {
                 );
                 on_refresh(&r);
                 *self = StoreFile::at(db, id);
-                Some((store, version))
+                true
             }
             Err(e) => {
                 if self.refused != Some(id) {
@@ -292,7 +332,7 @@ impl StoreFile {
                     );
                     self.refused = Some(id);
                 }
-                None
+                false
             }
         }
     }

@@ -868,6 +868,37 @@ fn edits_made_as_the_watcher_starts_or_reloads_are_followed() {
     );
 }
 
+/// A store moved over the served one after the library loaded it but
+/// before its watcher started is loaded too: the watcher compares the path
+/// with the file the library read, not with what the path names when the
+/// watcher starts.
+#[test]
+fn a_store_replaced_before_its_watcher_starts_is_loaded() {
+    let (dir, db_path, db) = scanned();
+    let lib = Arc::new(Library::load(&db_path, view(Mode::Synthesis)).unwrap());
+    let flac = db
+        .resolve_track(dir.path().join("tagged.flac").to_str().unwrap())
+        .unwrap();
+    drop(db);
+    let (other, mut rebuilt) = rebuilt_beside(dir.path());
+    let id = rebuilt.resolve_track(&flac.backing_path).unwrap().id;
+    retitle(&mut rebuilt, id, "From The New Store");
+    drop(rebuilt);
+    std::fs::rename(&other, &db_path).unwrap();
+
+    let (refreshed, refreshes) = std::sync::mpsc::channel();
+    let watcher = Watcher::spawn(lib.clone(), &db_path, move |r| {
+        let _ = refreshed.send(r.rebuilt);
+    })
+    .unwrap();
+    assert_eq!(refreshes.recv_timeout(Duration::from_secs(10)), Ok(true));
+    watcher.stop();
+    assert_eq!(
+        path_of(&lib, id).unwrap(),
+        "Fixture Band/Fixture Album/03 From The New Store.flac"
+    );
+}
+
 /// A moved file whose container changed around the same audio (another
 /// tagger rewrote it on the way) keeps its row, with the new structure.
 #[test]
