@@ -799,6 +799,10 @@ mod tests {
         assert_eq!(t.child(last, "x (2).flac"), Some(file_ino(3)));
         let remembered: usize = t.next_suffix.values().map(|names| names.len()).sum();
         assert_eq!(remembered, 1, "only D999's x.flac still clashes");
+        // Nodes removed on the way left their slots to the next ones: the
+        // array holds what is live and what the busiest moment needed.
+        assert_eq!(t.nodes.len(), 6, "root, A, x.flac, D999, its two files");
+        assert!(t.nodes.slots.len() <= 8, "{} slots", t.nodes.slots.len());
 
         // The name freed, the next file of that name takes it as it is.
         t.replace(file_ino(2), None, &mut out);
