@@ -60,13 +60,50 @@ fn retitle(db: &mut Store, id: i64, title: &str) {
     tx.commit().unwrap();
 }
 
-/// The library scanned again into `other.db` beside it, as a store
-/// rebuilt elsewhere before it is moved over the served one.
-fn rebuilt_beside(dir: &Path) -> (PathBuf, Store) {
+/// Scans the library in `dir` again into a store beside it, gives the
+/// track of `backing` that title there if one is given, and moves that
+/// store over `db_path`, as a store rebuilt elsewhere is put in place.
+/// The track's id in the new store comes back (scans probe in parallel:
+/// ids need not be the old store's).
+fn move_rebuilt_store_over(dir: &Path, db_path: &Path, backing: &str, title: Option<&str>) -> i64 {
     let other = dir.join("other.db");
     let mut rebuilt = Store::open(&other).unwrap();
     scan(&mut rebuilt, &opts(dir, false), &|_| {}).unwrap();
-    (other, rebuilt)
+    let id = rebuilt.resolve_track(backing).unwrap().id;
+    if let Some(title) = title {
+        retitle(&mut rebuilt, id, title);
+    }
+    drop(rebuilt);
+    std::fs::rename(&other, db_path).unwrap();
+    id
+}
+
+/// The row of the fixture FLAC in a store of the library in `dir`.
+fn tagged_flac(db: &Store, dir: &Path) -> store::TrackRow {
+    db.resolve_track(dir.join("tagged.flac").to_str().unwrap())
+        .unwrap()
+}
+
+/// That the fixture FLAC (track `id`) is served under `title`.
+fn assert_fixture_title(lib: &Library, id: i64, title: &str) {
+    let want = format!("Fixture Band/Fixture Album/03 {title}.flac");
+    assert_eq!(path_of(lib, id).unwrap(), want);
+}
+
+/// Follows the store with a watcher that runs `also` at each refresh,
+/// then says whether that refresh rebuilt the tree.
+fn watch(
+    lib: &Arc<Library>,
+    db_path: &Path,
+    also: impl Fn(&retagfs_core::Refresh) + Send + 'static,
+) -> (Watcher, std::sync::mpsc::Receiver<bool>) {
+    let (refreshed, refreshes) = std::sync::mpsc::channel();
+    let watcher = Watcher::spawn(lib.clone(), db_path, move |r| {
+        also(r);
+        let _ = refreshed.send(r.rebuilt);
+    })
+    .unwrap();
+    (watcher, refreshes)
 }
 
 fn read_all(lib: &Library, ino: u64) -> Vec<u8> {
@@ -219,9 +256,7 @@ fn moved_file_keeps_its_row_and_edited_tags() {
     let dir = library();
     let mut db = Store::open(&dir.path().join("store.db")).unwrap();
     scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
-    let before = db
-        .resolve_track(dir.path().join("tagged.flac").to_str().unwrap())
-        .unwrap();
+    let before = tagged_flac(&db, dir.path());
     retitle(&mut db, before.id, "Edited");
     std::fs::create_dir(dir.path().join("sub")).unwrap();
     std::fs::rename(dir.path().join("tagged.flac"), dir.path().join("sub/moved.flac")).unwrap();
@@ -245,9 +280,7 @@ fn moved_file_keeps_its_row_and_edited_tags() {
 #[test]
 fn served_flac_has_store_tags_and_original_audio() {
     let (dir, db_path, mut db) = scanned();
-    let track = db
-        .resolve_track(dir.path().join("tagged.flac").to_str().unwrap())
-        .unwrap();
+    let track = tagged_flac(&db, dir.path());
     retitle(&mut db, track.id, "Retitled");
 
     let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
@@ -301,9 +334,7 @@ fn structure_only_serves_every_format_byte_identical() {
 #[test]
 fn changed_backing_file_is_eio_not_stale_bytes() {
     let (dir, db_path, db) = scanned();
-    let track = db
-        .resolve_track(dir.path().join("tagged.flac").to_str().unwrap())
-        .unwrap();
+    let track = tagged_flac(&db, dir.path());
     let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
     std::fs::OpenOptions::new()
         .append(true)
@@ -684,9 +715,7 @@ fn refresh_follows_edits_removals_and_a_truncated_log() {
     let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
     assert_eq!(lib.refresh().unwrap().tracks, 0);
 
-    let flac = db
-        .resolve_track(dir.path().join("tagged.flac").to_str().unwrap())
-        .unwrap();
+    let flac = tagged_flac(&db, dir.path());
     let before = path_of(&lib, flac.id).unwrap();
     retitle(&mut db, flac.id, "Live");
     let r = lib.refresh().unwrap();
@@ -776,9 +805,7 @@ fn open_handle_keeps_its_version_across_a_retag() {
 fn a_replaced_store_is_reloaded_and_older_handles_do_not_read_its_pictures() {
     let (dir, db_path, mut db) = scanned();
     let lib = Arc::new(Library::load(&db_path, view(Mode::Synthesis)).unwrap());
-    let flac = db
-        .resolve_track(dir.path().join("tagged.flac").to_str().unwrap())
-        .unwrap();
+    let flac = tagged_flac(&db, dir.path());
     // An edit the old store's WAL still holds (the library's connections
     // keep it from being checkpointed away).
     retitle(&mut db, flac.id, "Old Store Edit");
@@ -791,12 +818,13 @@ fn a_replaced_store_is_reloaded_and_older_handles_do_not_read_its_pictures() {
     let before = read_all(&lib, file_ino(flac.id));
     let opened_before = lib.open(file_ino(flac.id)).unwrap();
 
-    let (other, mut rebuilt) = rebuilt_beside(dir.path());
-    // Scans probe in parallel: ids need not be the old store's.
-    let id = rebuilt.resolve_track(&flac.backing_path).unwrap().id;
-    retitle(&mut rebuilt, id, "From The New Store");
-    drop((rebuilt, db));
-    std::fs::rename(&other, &db_path).unwrap();
+    drop(db);
+    let id = move_rebuilt_store_over(
+        dir.path(),
+        &db_path,
+        &flac.backing_path,
+        Some("From The New Store"),
+    );
 
     let (rebuilt, forgotten) = refreshes.recv_timeout(Duration::from_secs(10)).unwrap();
     assert!(rebuilt && forgotten > 0);
@@ -804,10 +832,7 @@ fn a_replaced_store_is_reloaded_and_older_handles_do_not_read_its_pictures() {
     let fresh = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
     assert_eq!(fresh.tree().file_count(), lib.tree().file_count());
     assert_eq!(lib.tree().file_paths(), fresh.tree().file_paths());
-    assert_eq!(
-        path_of(&lib, id).unwrap(),
-        "Fixture Band/Fixture Album/03 From The New Store.flac"
-    );
+    assert_fixture_title(&lib, id, "From The New Store");
     assert_eq!(read_all(&lib, file_ino(id)), read_all(&fresh, file_ino(id)));
 
     // The old handle: its first bytes (the header before the picture) as
@@ -828,44 +853,30 @@ fn a_replaced_store_is_reloaded_and_older_handles_do_not_read_its_pictures() {
 fn edits_made_as_the_watcher_starts_or_reloads_are_followed() {
     let (dir, db_path, mut db) = scanned();
     let lib = Arc::new(Library::load(&db_path, view(Mode::Synthesis)).unwrap());
-    let flac = db
-        .resolve_track(dir.path().join("tagged.flac").to_str().unwrap())
-        .unwrap();
+    let flac = tagged_flac(&db, dir.path());
     // Committed after the load, before the watcher exists.
     retitle(&mut db, flac.id, "Before The Watcher");
     drop(db);
 
     // The first rebuild is the replaced store's load: the callback edits
     // the new store before the watcher can read its version.
-    let (refreshed, refreshes) = std::sync::mpsc::channel();
     let (edit_path, backing) = (db_path.clone(), flac.backing_path.clone());
     let edited = std::sync::atomic::AtomicBool::new(false);
-    let watcher = Watcher::spawn(lib.clone(), &db_path, move |r| {
+    let (watcher, refreshes) = watch(&lib, &db_path, move |r| {
         if r.rebuilt && !edited.swap(true, std::sync::atomic::Ordering::SeqCst) {
             let mut db = Store::open(&edit_path).unwrap();
             let id = db.resolve_track(&backing).unwrap().id;
             retitle(&mut db, id, "During The Reload");
         }
-        let _ = refreshed.send(r.rebuilt);
-    })
-    .unwrap();
+    });
     assert_eq!(refreshes.recv_timeout(Duration::from_secs(10)), Ok(false));
-    assert_eq!(
-        path_of(&lib, flac.id).unwrap(),
-        "Fixture Band/Fixture Album/03 Before The Watcher.flac"
-    );
+    assert_fixture_title(&lib, flac.id, "Before The Watcher");
 
-    let (other, rebuilt) = rebuilt_beside(dir.path());
-    let id = rebuilt.resolve_track(&flac.backing_path).unwrap().id;
-    drop(rebuilt);
-    std::fs::rename(&other, &db_path).unwrap();
+    let id = move_rebuilt_store_over(dir.path(), &db_path, &flac.backing_path, None);
     assert_eq!(refreshes.recv_timeout(Duration::from_secs(10)), Ok(true));
     assert_eq!(refreshes.recv_timeout(Duration::from_secs(10)), Ok(false));
     watcher.stop();
-    assert_eq!(
-        path_of(&lib, id).unwrap(),
-        "Fixture Band/Fixture Album/03 During The Reload.flac"
-    );
+    assert_fixture_title(&lib, id, "During The Reload");
 }
 
 /// A store moved over the served one after the library loaded it but
@@ -876,27 +887,19 @@ fn edits_made_as_the_watcher_starts_or_reloads_are_followed() {
 fn a_store_replaced_before_its_watcher_starts_is_loaded() {
     let (dir, db_path, db) = scanned();
     let lib = Arc::new(Library::load(&db_path, view(Mode::Synthesis)).unwrap());
-    let flac = db
-        .resolve_track(dir.path().join("tagged.flac").to_str().unwrap())
-        .unwrap();
+    let flac = tagged_flac(&db, dir.path());
     drop(db);
-    let (other, mut rebuilt) = rebuilt_beside(dir.path());
-    let id = rebuilt.resolve_track(&flac.backing_path).unwrap().id;
-    retitle(&mut rebuilt, id, "From The New Store");
-    drop(rebuilt);
-    std::fs::rename(&other, &db_path).unwrap();
+    let id = move_rebuilt_store_over(
+        dir.path(),
+        &db_path,
+        &flac.backing_path,
+        Some("From The New Store"),
+    );
 
-    let (refreshed, refreshes) = std::sync::mpsc::channel();
-    let watcher = Watcher::spawn(lib.clone(), &db_path, move |r| {
-        let _ = refreshed.send(r.rebuilt);
-    })
-    .unwrap();
+    let (watcher, refreshes) = watch(&lib, &db_path, |_| {});
     assert_eq!(refreshes.recv_timeout(Duration::from_secs(10)), Ok(true));
     watcher.stop();
-    assert_eq!(
-        path_of(&lib, id).unwrap(),
-        "Fixture Band/Fixture Album/03 From The New Store.flac"
-    );
+    assert_fixture_title(&lib, id, "From The New Store");
 }
 
 /// A moved file whose container changed around the same audio (another
