@@ -312,7 +312,14 @@ impl StoreFile {
     fn load(&mut self, lib: &Library, db: &Path, id: FileId, on_refresh: &dyn Fn(&Refresh)) -> bool {
         let started = Instant::now();
         self.remove_stale_companions();
-        match lib.reload() {
+        // Checked before the library closes its connections to the old
+        // store: a file that is not a store yet (a scan creating it) leaves
+        // the old one served meanwhile.
+        let loaded = Store::open_read_only(db)
+            .map(drop)
+            .map_err(anyhow::Error::from)
+            .and_then(|()| lib.reload());
+        match loaded {
             Ok(r) => {
                 tracing::warn!(
                     "the store {} was replaced: loaded the new one ({} tracks) in {:.1} ms",

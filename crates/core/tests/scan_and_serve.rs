@@ -846,9 +846,9 @@ fn a_replaced_store_is_reloaded_and_older_handles_do_not_read_its_pictures() {
 }
 
 /// An edit committed while the watcher starts, or while it loads a store
-/// moved over the served one, is followed: the watcher's baseline is read
-/// before what it loads, not after (under load, a test's edit once landed
-/// in that gap and never showed).
+/// moved over the served one, is followed: the watcher catches up once
+/// after it opens its connection (under load, a test's edit once landed
+/// between the load and the watcher's first look and never showed).
 #[test]
 fn edits_made_as_the_watcher_starts_or_reloads_are_followed() {
     let (dir, db_path, mut db) = scanned();
