@@ -103,3 +103,31 @@ def mount(tmp_path, request):
         if failed:
             # The daemon's side of a failure (pytest shows it with the test).
             print("---- log of the mount at %s ----\n%s" % (m.mnt, log))
+
+
+FAULTFS = os.path.join(os.path.dirname(BIN), "retagfs-faultfs")
+
+
+@pytest.fixture
+def faulty(tmp_path, library):
+    """(backing mountpoint, control file) of a faultfs view of the library."""
+    control = tmp_path / "faults"
+    control.write_text("mode=ok")
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    proc = subprocess.Popen([FAULTFS, str(library), str(backing), "--control", str(control)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 20
+    while not os.path.ismount(backing):
+        assert proc.poll() is None and time.time() < deadline, "faultfs did not come up"
+        time.sleep(0.05)
+    yield backing, control
+    subprocess.run(["umount", "-l", str(backing)], check=False)
+    proc.wait(timeout=20)
+
+
+def set_faults(control, text):
+    control.write_text(text)
+    # The control file is re-read when its mtime changes; make sure it does.
+    t = time.time() + 1
+    os.utime(control, (t, t))

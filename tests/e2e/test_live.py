@@ -5,9 +5,10 @@ import json
 import os
 import shutil
 import sqlite3
+import subprocess
 import time
 
-from conftest import FIXTURES, run
+from conftest import BIN, FIXTURES, run, set_faults
 
 
 def export(db):
@@ -259,6 +260,41 @@ def test_a_store_moved_over_the_mounted_one_is_loaded_and_stays_sound(store, lib
     run("tag", "--db", str(store), "set", flac, "title=Edited After")
     wait_for(lambda: os.path.exists(os.path.join(album, "03 Edited After.flac")))
     assert "was replaced" in m.stop()
+
+
+def all_files(top):
+    return sorted(os.path.relpath(os.path.join(d, f), top) for d, _, fs in os.walk(top) for f in fs)
+
+
+def test_a_store_removed_and_scanned_anew_is_loaded_when_the_scan_ends(store, library, faulty, mount):
+    """The store removed while mounted and scanned anew: the mount serves the
+    old store, whole, until the scan ends, then the new one. The old store's
+    -wal (holding an edit, kept open by the mount) does not spoil the new one."""
+    m = mount(store, "-v")
+    log = lambda: open(str(m.mnt) + ".log").read()  # noqa: E731
+    album = os.path.join(m.mnt, "Fixture Band", "Fixture Album")
+    fresh = sorted(os.listdir(album))
+    run("tag", "--db", str(store), "set", str(library / "tagged.flac"), "title=Old Store Edit")
+    wait_for(lambda: "03 Old Store Edit.flac" in os.listdir(album))
+    old = all_files(m.mnt)
+    os.remove(store)
+    assert os.path.exists(f"{store}-wal")
+    # The new store scans the library through a slow view of it: the mount
+    # sees the new file while the scan runs.
+    backing, control = faulty
+    set_faults(control, "mode=ok delay_ms=100")
+    scan = subprocess.Popen([BIN, "scan", str(backing), "--db", str(store)], stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: "until the scan ends" in log(), timeout=20)
+    assert all_files(m.mnt) == old
+    _, err = scan.communicate(timeout=120)
+    assert scan.returncode == 0, err
+    wait_for(lambda: "loaded the new one" in log(), timeout=20)
+    assert sorted(os.listdir(album)) == fresh
+    with sqlite3.connect(str(store)) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    tracks = export(store)
+    assert len(tracks) == 9 and all(path.startswith(str(backing)) for path in tracks)
+    m.stop()
 
 
 def test_the_store_moved_away_and_back_keeps_its_wal(store, library, mount):

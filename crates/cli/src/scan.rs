@@ -3,8 +3,7 @@
 use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use retagfs_core::scan::{default_jobs, scan, Progress, ScanOptions, ScanSummary};
-use retagfs_store::Store;
+use retagfs_core::scan::{default_jobs, open_store, scan, Progress, ScanOptions, ScanSummary};
 
 use crate::args::ScanArgs;
 
@@ -12,7 +11,7 @@ use crate::args::ScanArgs;
 const LISTED_FAILURES: usize = 20;
 
 pub fn run(a: ScanArgs) -> anyhow::Result<()> {
-    let mut store = Store::open(&a.db)?;
+    let mut store = open_store(&a.db)?;
     let jobs = a.jobs.unwrap_or_else(|| default_jobs(&a.dirs));
     tracing::info!("walking and probing on {jobs} threads");
     let opts = ScanOptions {

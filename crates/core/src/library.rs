@@ -7,7 +7,8 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
+use std::time::Duration;
 
 use anyhow::Context;
 use retagfs_formats::{
@@ -20,6 +21,7 @@ use crate::read_ahead::{will_need, KernelHints, ReadAhead};
 use crate::storage::{self, Storage};
 use crate::template::{Fallbacks, Fields, Template};
 use crate::tree::{file_ino, FileEntry, Invalidations, Placement, Tree, TreeBuilder};
+use crate::watch::FileId;
 
 /// How files are served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -214,10 +216,20 @@ pub struct Refresh {
     pub invalidations: Invalidations,
 }
 
-/// Read-only store connections shared by the serving threads.
+/// Read-only store connections shared by the serving threads, all to the
+/// file the tree was loaded from.
 struct ConnectionPool {
     db: PathBuf,
     idle: Mutex<Vec<Store>>,
+    /// Signalled when a connection goes back to `idle`.
+    returned: Condvar,
+    /// The file the connections are to (None if it was gone as it was
+    /// opened). A connection is added only while the path names it: when
+    /// the path names another file (a store moved over this one, or one a
+    /// scan is still writing, which the watcher loads once the scan ends)
+    /// a thread waits for one of the pool's instead of reading that file
+    /// against this file's tree.
+    served: Mutex<Option<FileId>>,
     /// Held shared while a connection is in use, exclusively while the
     /// store is replaced ([`ConnectionPool::replace`]): no work on the old
     /// file overlaps the switch.
@@ -226,11 +238,17 @@ struct ConnectionPool {
     generation: AtomicU64,
 }
 
+/// How long a thread waiting for a connection sleeps before it looks at
+/// the store's path again.
+const RECHECK: Duration = Duration::from_millis(100);
+
 impl ConnectionPool {
-    fn new(db: &Path, store: Store) -> ConnectionPool {
+    fn new(db: &Path, served: Option<FileId>, store: Store) -> ConnectionPool {
         ConnectionPool {
             db: db.to_path_buf(),
             idle: Mutex::new(vec![store]),
+            returned: Condvar::new(),
+            served: Mutex::new(served),
             gate: RwLock::new(()),
             generation: AtomicU64::new(0),
         }
@@ -240,35 +258,82 @@ impl ConnectionPool {
     /// a replacement holds this side's gate while it swaps the tree.
     fn with<T>(&self, f: impl FnOnce(&Store) -> io::Result<T>) -> io::Result<T> {
         let _in_use = self.gate.read().unwrap_or_else(|e| e.into_inner());
-        let conn = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let conn = match conn {
-            Some(c) => c,
-            None => Store::open_read_only(&self.db).map_err(|e| {
-                let hint = retagfs_store::storage_hint(&e, &self.db)
-                    .map(|h| format!("; {h}"))
-                    .unwrap_or_default();
-                tracing::error!("cannot open store {}: {e}{hint}", self.db.display());
-                io::Error::from_raw_os_error(libc::EIO)
-            })?,
-        };
+        let conn = self.take()?;
         let result = f(&conn);
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
+        self.returned.notify_one();
         result
     }
 
-    /// Closes every connection (they hold the file that was at the
-    /// store's path) and runs `f` on one to the file there now, while no
-    /// other connection is in use.
-    /// `f` must leave nothing of the old store to serve (the tree, the
+    /// An idle connection, else a new one while the path names the served
+    /// file, else the next connection given back.
+    fn take(&self) -> io::Result<Store> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(conn) = idle.pop() {
+                return Ok(conn);
+            }
+            drop(idle);
+            if let Some(conn) = self.open_served()? {
+                return Ok(conn);
+            }
+            idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            if idle.is_empty() {
+                idle = match self.returned.wait_timeout(idle, RECHECK) {
+                    Ok((idle, _)) => idle,
+                    Err(e) => e.into_inner().0,
+                };
+            }
+        }
+    }
+
+    /// A new connection to the served file; None when the path names
+    /// another file (looked at before and after the open).
+    fn open_served(&self) -> io::Result<Option<Store>> {
+        let served = self.served();
+        let names_served = || served.is_none() || crate::watch::file_id(&self.db) == served;
+        if !names_served() {
+            return Ok(None);
+        }
+        let store = Store::open_read_only(&self.db).map_err(|e| {
+            let hint = retagfs_store::storage_hint(&e, &self.db)
+                .map(|h| format!("; {h}"))
+                .unwrap_or_default();
+            tracing::error!("cannot open store {}: {e}{hint}", self.db.display());
+            io::Error::from_raw_os_error(libc::EIO)
+        })?;
+        Ok(names_served().then_some(store))
+    }
+
+    fn served(&self) -> Option<FileId> {
+        *self.served.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Serves the file now at the store's path: `load` reads it while the
+    /// old one is still served, then, with no connection in use, the old
+    /// connections are closed and `switch` takes what `load` made. If the
+    /// file cannot be opened or loaded, the old one stays served.
+    /// `switch` must leave nothing of the old store to serve (the tree, the
     /// open cache): the generation moves on after it, so that a file
     /// opened meanwhile from what the old store left has the old one.
-    fn replace<T>(&self, f: impl FnOnce(&Store) -> anyhow::Result<T>) -> anyhow::Result<T> {
+    fn replace<L, T>(
+        &self,
+        load: impl FnOnce(&Store) -> anyhow::Result<L>,
+        switch: impl FnOnce(L) -> T,
+    ) -> anyhow::Result<T> {
+        let file = crate::watch::file_id(&self.db);
+        let store = Store::open_read_only(&self.db)?;
+        if crate::watch::file_id(&self.db) != file {
+            anyhow::bail!("the file at the store's path changed while it was opened");
+        }
+        let loaded = load(&store)?;
         let _switching = self.gate.write().unwrap_or_else(|e| e.into_inner());
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        let store = Store::open_read_only(&self.db)?;
-        let out = f(&store)?;
+        let out = switch(loaded);
+        *self.served.lock().unwrap_or_else(|e| e.into_inner()) = file;
         self.generation.fetch_add(1, Ordering::Relaxed);
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(store);
+        self.returned.notify_all();
         Ok(out)
     }
 
@@ -293,8 +358,6 @@ pub struct Library {
     /// so refreshes run one at a time.
     seen_seq: Mutex<i64>,
     read_ahead: Mutex<ReadAheadMode>,
-    /// See [`Library::loaded_file`].
-    loaded_file: Option<crate::watch::FileId>,
 }
 
 /// An open file: the layout resolved at open time and the backing file.
@@ -437,7 +500,7 @@ impl Library {
         let started = std::time::Instant::now();
         // Before the open: a file moved to the path after it is then seen
         // as a replacement by the watcher, not taken for the one loaded.
-        let loaded_file = crate::watch::file_id(db);
+        let served = crate::watch::file_id(db);
         let store = Store::open_read_only(db)?;
         let ((tree, tracks), seq) = store
             .read_snapshot(|s| Ok((load_tree(s, &config)?, s.last_change_seq()?)))
@@ -449,21 +512,20 @@ impl Library {
         Ok(Library {
             config,
             tree: RwLock::new(tree),
-            pool: ConnectionPool::new(db, store),
+            pool: ConnectionPool::new(db, served, store),
             passthrough_logged: Mutex::default(),
             opened: OpenCache::default(),
             warmed: Mutex::default(),
             prefetched: Mutex::default(),
             seen_seq: Mutex::new(seq),
             read_ahead: Mutex::default(),
-            loaded_file,
         })
     }
 
-    /// The store file that [`Library::load`] read (its device and inode,
-    /// taken just before it opened the path).
-    pub(crate) fn loaded_file(&self) -> Option<crate::watch::FileId> {
-        self.loaded_file
+    /// The store file served (its device and inode, taken just before it
+    /// was opened).
+    pub(crate) fn served_file(&self) -> Option<FileId> {
+        self.pool.served()
     }
 
     /// Brings the tree up to date with the store: only the tracks the
@@ -526,24 +588,29 @@ impl Library {
 
     /// Loads the store again from its path, after the file there was
     /// replaced (a store rebuilt elsewhere and moved into place, or removed
-    /// and scanned anew): connections to the old file are closed and the
-    /// tree is rebuilt from the new one. Files already open keep serving
+    /// and scanned anew): the tree is built from the new one, then the
+    /// connections to the old file are closed; if the new file cannot be
+    /// loaded, the old one stays served. Files already open keep serving
     /// what they opened, but fail their pictures' reads (EIO). The old
     /// store's `-wal` and `-shm` must be gone from their paths first, or
     /// SQLite reads the new store through them ([`crate::watch`] sees to
     /// it).
     pub fn reload(&self) -> anyhow::Result<Refresh> {
         let mut seen = self.seen_seq.lock().unwrap_or_else(|e| e.into_inner());
-        self.pool.replace(|store| {
-            let (tree, tracks, last) = store
-                .read_snapshot(|s| {
-                    let (tree, tracks) = load_tree(s, &self.config)?;
-                    Ok((tree, tracks, s.last_change_seq()?))
-                })
-                .context("reading the store")?;
-            *seen = last;
-            Ok(self.replace_tree(tree, tracks))
-        })
+        self.pool.replace(
+            |store| {
+                store
+                    .read_snapshot(|s| {
+                        let (tree, tracks) = load_tree(s, &self.config)?;
+                        Ok((tree, tracks, s.last_change_seq()?))
+                    })
+                    .context("reading the store")
+            },
+            |(tree, tracks, last)| {
+                *seen = last;
+                self.replace_tree(tree, tracks)
+            },
+        )
     }
 
     /// Serves `new` instead of the current tree; what the kernel must
@@ -997,6 +1064,79 @@ mod tests {
             Some("1")
         );
         assert_eq!(disc(&[("discnumber", "2")]).as_deref(), Some("2"));
+    }
+
+    /// A store of `count` tracks at `path`.
+    fn store_of(path: &Path, count: usize) -> Store {
+        let mut store = Store::open(path).unwrap();
+        let tx = store.write().unwrap();
+        for n in 0..count {
+            retagfs_store::write_scanned(&tx, &same_song(n), None).unwrap();
+        }
+        tx.commit().unwrap();
+        store
+    }
+
+    /// While the store's path names a file other than the one served (a
+    /// store a scan is still writing), a thread needing a connection waits
+    /// for one of the pool's rather than reading that file against the
+    /// old file's tree; once the new file is loaded, it is served.
+    #[test]
+    fn no_connection_is_opened_to_a_store_not_yet_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("s.db");
+        drop(store_of(&db, 3));
+        let pool = Arc::new(ConnectionPool::new(
+            &db,
+            crate::watch::file_id(&db),
+            Store::open_read_only(&db).unwrap(),
+        ));
+        // The pool's one connection is in use.
+        let (in_use, release) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+        let busy = {
+            let (pool, in_use) = (pool.clone(), in_use.0);
+            let release = release.1;
+            std::thread::spawn(move || {
+                pool.with(|_| {
+                    in_use.send(()).unwrap();
+                    release.recv().unwrap();
+                    Ok(())
+                })
+            })
+        };
+        in_use.1.recv().unwrap();
+        let other = dir.path().join("other.db");
+        drop(store_of(&other, 5));
+        std::fs::rename(&other, &db).unwrap();
+        let counting = {
+            let pool = pool.clone();
+            std::thread::spawn(move || pool.with(|s| Ok(s.track_count().unwrap())))
+        };
+        std::thread::sleep(RECHECK * 2);
+        release.0.send(()).unwrap();
+        busy.join().unwrap().unwrap();
+        assert_eq!(counting.join().unwrap().unwrap(), 3);
+
+        pool.replace(|s| Ok(s.track_count()?), |n| n).unwrap();
+        assert_eq!(pool.with(|s| Ok(s.track_count().unwrap())).unwrap(), 5);
+        assert_eq!(pool.served(), crate::watch::file_id(&db));
+    }
+
+    /// A file at the store's path that cannot be loaded leaves the old
+    /// store served, its connections open.
+    #[test]
+    fn a_store_that_fails_to_load_leaves_the_old_one_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("s.db");
+        drop(store_of(&db, 3));
+        let served = crate::watch::file_id(&db);
+        let pool = ConnectionPool::new(&db, served, Store::open_read_only(&db).unwrap());
+        let other = dir.path().join("other.db");
+        std::fs::write(&other, b"not a store").unwrap();
+        std::fs::rename(&other, &db).unwrap();
+        assert!(pool.replace(|s| Ok(s.track_count()?), |n| n).is_err());
+        assert_eq!(pool.served(), served);
+        assert_eq!(pool.with(|s| Ok(s.track_count().unwrap())).unwrap(), 3);
     }
 
     #[test]

@@ -454,19 +454,27 @@ fn under_roots(path: &str, roots: &[PathBuf]) -> bool {
     roots.iter().any(|r| at_or_under(path, &r.to_string_lossy()))
 }
 
-/// Scans `opts.roots` into the store.
 /// Change-log entries a scan keeps; a mount further behind rebuilds.
 const CHANGE_LOG_KEEP: i64 = 1_000_000;
 
+/// Opens (creating if needed) the store at `db` for [`scan`], holding its
+/// scan lock from before the file is made ([`Store::open_for_scan`]).
+pub fn open_store(db: &Path) -> anyhow::Result<Store> {
+    Ok(Store::open_for_scan(db, say_waiting)?)
+}
+
+fn say_waiting() {
+    tracing::warn!("another scan of this store is running: waiting for it to finish");
+}
+
+/// Scans `opts.roots` into the store.
 pub fn scan(
     db: &mut Store,
     opts: &ScanOptions,
     progress: &(dyn Fn(Progress) + Sync),
 ) -> anyhow::Result<ScanSummary> {
     let roots = check_roots(&opts.roots)?;
-    let _one_scan_at_a_time = db.lock_for_scan(|| {
-        tracing::warn!("another scan of this store is running: waiting for it to finish")
-    })?;
+    let _one_scan_at_a_time = db.lock_for_scan(say_waiting)?;
     // The scan starts once it has the store to itself.
     let started = Instant::now();
     let started_ns = SystemTime::now()

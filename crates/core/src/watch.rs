@@ -3,7 +3,8 @@
 //! data_version` tells whether a transaction was committed, and a slow poll
 //! covers file systems where inotify says nothing (network mounts). A store
 //! replaced at its path (rebuilt elsewhere and moved into place, or removed
-//! and scanned anew) is loaded anew.
+//! and scanned anew) is loaded anew, once the scan writing it (if any) has
+//! ended: until then the old one is served.
 
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
@@ -14,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use inotify::{Inotify, WatchMask};
-use retagfs_store::Store;
+use retagfs_store::{ScanLock, Store};
 
 use crate::library::{Library, Refresh};
 
@@ -58,7 +59,8 @@ impl Watcher {
 }
 
 /// Watches the directory holding the database: SQLite writes the WAL (and
-/// checkpoints into the main file) in place, and may recreate the WAL.
+/// checkpoints into the main file) in place, and may recreate the WAL. The
+/// scan lock's file is closed when a scan ends.
 fn watch_db_files(db: &Path) -> std::io::Result<(Inotify, Vec<PathBuf>)> {
     let inotify = Inotify::init()?;
     let dir = db
@@ -72,7 +74,8 @@ fn watch_db_files(db: &Path) -> std::io::Result<(Inotify, Vec<PathBuf>)> {
     let name = db.file_name().unwrap_or_default().to_os_string();
     let mut wal = name.clone();
     wal.push("-wal");
-    Ok((inotify, vec![PathBuf::from(name), PathBuf::from(wal)]))
+    let lock = ScanLock::path(Path::new(&name));
+    Ok((inotify, vec![PathBuf::from(name), PathBuf::from(wal), lock]))
 }
 
 fn run(
@@ -85,7 +88,7 @@ fn run(
     let mut buf = [0u8; 4096];
     // The file the library loaded, as it was named before it was opened: a
     // store replaced since is then loaded below like any other.
-    let Some(loaded) = lib.loaded_file() else {
+    let Some(loaded) = lib.served_file() else {
         tracing::error!(
             "the store {} was gone as it was loaded: not following it",
             db.display()
@@ -103,6 +106,10 @@ fn run(
                 continue;
             }
             StoreChange::Replaced(identity) => {
+                if served.scan_running(db, identity) {
+                    wait(&mut inotify, &mut buf);
+                    continue;
+                }
                 // Closed before the new file is opened: SQLite shares what
                 // a connection knows of a file's -wal and -shm with every
                 // later connection to the same file in this process.
@@ -221,9 +228,11 @@ struct StoreFile {
     /// while the path named it: the connections keep them open (SQLite
     /// deletes them only when the last connection that can write closes).
     companions: Vec<(PathBuf, Option<FileId>)>,
-    /// A new file that could not be loaded as a store yet (a scan still
-    /// creating it): said once, tried again at every wake.
+    /// A new file that could not be loaded as a store yet: said once,
+    /// tried again at every wake.
     refused: Option<FileId>,
+    /// A new file that a scan is still writing: said once.
+    scanning: Option<FileId>,
 }
 
 enum StoreChange {
@@ -242,6 +251,7 @@ impl StoreFile {
             away: false,
             companions: Self::companions(db),
             refused: None,
+            scanning: None,
         }
     }
 
@@ -307,19 +317,27 @@ impl StoreFile {
         }
     }
 
+    /// Whether a scan holds the lock of the store at `db`, which is file
+    /// `id` (a store removed and scanned anew): the old store is served
+    /// until the scan ends, rather than the new one growing with it.
+    fn scan_running(&mut self, db: &Path, id: FileId) -> bool {
+        let running = ScanLock::held(db);
+        if running && self.scanning != Some(id) {
+            tracing::warn!(
+                "the store {} was replaced by one a scan is writing: serving the old one until the scan ends",
+                db.display()
+            );
+            self.scanning = Some(id);
+        }
+        running
+    }
+
     /// Serves the store now at `db` (file `id`); false when it cannot be
-    /// loaded yet.
+    /// loaded yet (the old one is still served then).
     fn load(&mut self, lib: &Library, db: &Path, id: FileId, on_refresh: &dyn Fn(&Refresh)) -> bool {
         let started = Instant::now();
         self.remove_stale_companions();
-        // Checked before the library closes its connections to the old
-        // store: a file that is not a store yet (a scan creating it) leaves
-        // the old one served meanwhile.
-        let loaded = Store::open_read_only(db)
-            .map(drop)
-            .map_err(anyhow::Error::from)
-            .and_then(|()| lib.reload());
-        match loaded {
+        match lib.reload() {
             Ok(r) => {
                 tracing::warn!(
                     "the store {} was replaced: loaded the new one ({} tracks) in {:.1} ms",

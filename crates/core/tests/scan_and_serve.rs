@@ -902,6 +902,35 @@ fn a_store_replaced_before_its_watcher_starts_is_loaded() {
     assert_fixture_title(&lib, id, "From The New Store");
 }
 
+/// A store removed and scanned anew while served is loaded once its scan
+/// ends, not as it grows: a media server reading the view meanwhile sees
+/// the old store's files, then the new store's.
+#[test]
+fn a_store_scanned_anew_is_loaded_when_its_scan_ends() {
+    let (dir, db_path, mut db) = scanned();
+    let flac = tagged_flac(&db, dir.path());
+    retitle(&mut db, flac.id, "Old Store Edit");
+    drop(db);
+    let lib = Arc::new(Library::load(&db_path, view(Mode::Synthesis)).unwrap());
+    let old_paths = lib.tree().file_paths();
+    let (watcher, refreshes) = watch(&lib, &db_path, |_| {});
+
+    std::fs::remove_file(&db_path).unwrap();
+    let mut anew = retagfs_core::scan::open_store(&db_path).unwrap();
+    scan(&mut anew, &opts(dir.path(), false), &|_| {}).unwrap();
+    let id = tagged_flac(&anew, dir.path()).id;
+    retitle(&mut anew, id, "From The New Store");
+    // Each commit woke the watcher, and it looks at least once a second.
+    assert!(refreshes.recv_timeout(Duration::from_millis(1500)).is_err());
+    assert_eq!(lib.tree().file_paths(), old_paths);
+    assert_fixture_title(&lib, flac.id, "Old Store Edit");
+
+    drop(anew);
+    assert_eq!(refreshes.recv_timeout(Duration::from_secs(10)), Ok(true));
+    watcher.stop();
+    assert_fixture_title(&lib, id, "From The New Store");
+}
+
 /// A moved file whose container changed around the same audio (another
 /// tagger rewrote it on the way) keeps its row, with the new structure.
 #[test]

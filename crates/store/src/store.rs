@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
@@ -53,6 +53,11 @@ pub enum StoreError {
     MissingArt { track_id: i64, sha256: String },
     #[error("{path}: {source}")]
     Lock { path: String, source: std::io::Error },
+    #[error(
+        "{path} belongs to a store that is gone, and SQLite would read the new store through it, \
+         but it cannot be removed ({source}): remove it, then scan again"
+    )]
+    Orphaned { path: String, source: std::io::Error },
     #[error(transparent)]
     Sql(#[from] rusqlite::Error),
 }
@@ -62,12 +67,105 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 /// A connection to a store.
 pub struct Store {
     conn: Connection,
+    /// Held by a store opened for a scan ([`Store::open_for_scan`]).
+    /// Declared after the connection so that it is let go after the
+    /// connection closed: a mount waiting for the scan to end then finds
+    /// the store whole.
+    scan_lock: Option<ScanLock>,
 }
 
-/// The store's scan lock, held until dropped ([`Store::lock_for_scan`]).
+/// A store's scan lock (an exclusive `flock` on `<db>-scan.lock`), held
+/// until dropped and let go by the kernel if the process dies. Scans of
+/// one store run one after the other: two at once could each record what
+/// it saw of a file the other one wrote last. A mount that finds its store
+/// replaced by one a scan is still writing keeps serving the old one until
+/// the lock is let go.
 pub struct ScanLock {
     _file: std::fs::File,
 }
+
+impl ScanLock {
+    /// The lock file of the store at `db`.
+    pub fn path(db: &Path) -> PathBuf {
+        let mut path = db.as_os_str().to_os_string();
+        path.push("-scan.lock");
+        PathBuf::from(path)
+    }
+
+    /// Takes the lock of the store at `db`, waiting while another scan
+    /// holds it (`waiting` is called first if it must wait).
+    pub fn acquire(db: &Path, waiting: impl FnOnce()) -> Result<ScanLock> {
+        let path = Self::path(db);
+        let lock_err = |source| StoreError::Lock {
+            path: path.display().to_string(),
+            source,
+        };
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(lock_err)?;
+        // A mount looking whether a scan runs ([`ScanLock::held`]) holds
+        // the lock for an instant: not worth a message.
+        for _ in 0..LOCK_TRIES {
+            match file.try_lock() {
+                Ok(()) => return Ok(ScanLock { _file: file }),
+                Err(std::fs::TryLockError::WouldBlock) => std::thread::sleep(LOCK_RETRY),
+                Err(std::fs::TryLockError::Error(e)) => return Err(lock_err(e)),
+            }
+        }
+        waiting();
+        file.lock().map_err(lock_err)?;
+        Ok(ScanLock { _file: file })
+    }
+
+    /// Whether a scan of the store at `db` holds its lock now (false when
+    /// no scan ever made the lock file). Takes the lock shared for an
+    /// instant, and never creates the file.
+    pub fn held(db: &Path) -> bool {
+        let Ok(file) = std::fs::File::open(Self::path(db)) else {
+            return false;
+        };
+        match file.try_lock_shared() {
+            Ok(()) => false,
+            Err(std::fs::TryLockError::WouldBlock) => true,
+            Err(std::fs::TryLockError::Error(e)) => {
+                tracing::warn!("checking the scan lock of {}: {e}", db.display());
+                false
+            }
+        }
+    }
+}
+
+/// Removes the `-wal`, `-shm` and `-journal` at the path of a store that
+/// is not there ([`Store::open_for_scan`]).
+fn remove_orphaned_companions(db: &Path) -> Result<()> {
+    for suffix in ["-wal", "-shm", "-journal"] {
+        let mut path = db.as_os_str().to_os_string();
+        path.push(suffix);
+        let path = PathBuf::from(path);
+        match std::fs::remove_file(&path) {
+            Ok(()) => tracing::warn!(
+                "removed {}: it belonged to a store that is gone, and SQLite would read the new store through it",
+                path.display()
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(StoreError::Orphaned {
+                    path: path.display().to_string(),
+                    source,
+                })
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How often [`ScanLock::acquire`] tries before it says it waits, and how
+/// long it sleeps between tries.
+const LOCK_TRIES: u32 = 5;
+const LOCK_RETRY: Duration = Duration::from_millis(5);
 
 fn now_secs() -> i64 {
     SystemTime::now()
@@ -165,9 +263,32 @@ impl Store {
             source,
         };
         let conn = Connection::open(path).map_err(open_err)?;
-        let store = Store { conn };
+        let store = Store {
+            conn,
+            scan_lock: None,
+        };
         store.configure().map_err(open_err)?;
         store.migrate(path)?;
+        Ok(store)
+    }
+
+    /// Opens (creating if needed) a store for a scan: takes its scan lock
+    /// first ([`ScanLock::acquire`]; `waiting` is called if another scan
+    /// holds it), so that a mount finding the store replaced by this one
+    /// waits for the scan to end. The lock is held until the store is
+    /// dropped.
+    ///
+    /// A store made anew does not inherit the `-wal`, `-shm` or `-journal`
+    /// of a store that was at its path (removed while a mount or another
+    /// program had it open): SQLite pairs those with any database of that
+    /// name, and would read the new store through them ("disk I/O error").
+    pub fn open_for_scan(path: &Path, waiting: impl FnOnce()) -> Result<Store> {
+        let lock = ScanLock::acquire(path, waiting)?;
+        if matches!(std::fs::symlink_metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound) {
+            remove_orphaned_companions(path)?;
+        }
+        let mut store = Store::open(path)?;
+        store.scan_lock = Some(lock);
         Ok(store)
     }
 
@@ -183,7 +304,10 @@ impl Store {
         // A mount holds one reader per serving thread: keep each one's page
         // cache small (the kernel caches the database file anyway).
         conn.pragma_update(None, "cache_size", -512).map_err(open_err)?;
-        let store = Store { conn };
+        let store = Store {
+            conn,
+            scan_lock: None,
+        };
         store.check_version(path)?;
         Ok(store)
     }
@@ -282,37 +406,17 @@ impl Store {
         Ok(())
     }
 
-    /// Takes the store's scan lock, waiting while another scan holds it
-    /// (`waiting` is called first if it must wait); held until the lock
-    /// is dropped, and let go by the kernel if the process dies. Scans of
-    /// one store then run one after the other: two at once could each
-    /// record what it saw of a file the other one wrote last. The lock is
-    /// a file beside the database (`<db>-scan.lock`); an in-memory store
-    /// has none.
+    /// Takes the store's scan lock ([`ScanLock::acquire`]); None for an
+    /// in-memory store, which has none, and for a store opened for a scan,
+    /// which holds it already.
     pub fn lock_for_scan(&self, waiting: impl FnOnce()) -> Result<Option<ScanLock>> {
-        let Some(db) = self.conn.path().filter(|p| !p.is_empty()) else {
+        if self.scan_lock.is_some() {
             return Ok(None);
-        };
-        let path = format!("{db}-scan.lock");
-        let lock_err = |source| StoreError::Lock {
-            path: path.clone(),
-            source,
-        };
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(lock_err)?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                waiting();
-                file.lock().map_err(lock_err)?;
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(lock_err(e)),
         }
-        Ok(Some(ScanLock { _file: file }))
+        match self.conn.path().filter(|p| !p.is_empty()) {
+            Some(db) => ScanLock::acquire(Path::new(db), waiting).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Raw connection, for callers that need a transaction of their own.

@@ -2,8 +2,8 @@
 //! constraints reject malformed rows, newer stores are refused.
 
 use retagfs_store::{
-    self as store, BackingPart, DirStamp, Format, NewArt, PartKind, ScannedDir, ScannedTrack, Stamps, Store,
-    StoreError,
+    self as store, BackingPart, DirStamp, Format, NewArt, PartKind, ScanLock, ScannedDir, ScannedTrack,
+    Stamps, Store, StoreError,
 };
 
 fn track(path: &str) -> ScannedTrack {
@@ -274,6 +274,30 @@ fn one_scan_lock_at_a_time() {
     got_rx.recv().unwrap();
     assert!(second.join().unwrap());
     assert!(dir.path().join("s.db-scan.lock").exists());
+}
+
+#[test]
+fn a_store_opened_for_a_scan_holds_its_lock_until_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    assert!(!ScanLock::held(&path), "no scan ever ran");
+    let scanning = Store::open_for_scan(&path, || panic!("nothing holds it yet")).unwrap();
+    assert!(ScanLock::held(&path));
+    // Its own scan does not wait for it.
+    assert!(scanning
+        .lock_for_scan(|| panic!("held by this store"))
+        .unwrap()
+        .is_none());
+    let other = Store::open(&path).unwrap();
+    let (waiting_tx, waiting_rx) = std::sync::mpsc::channel();
+    let second = std::thread::spawn(move || {
+        let lock = other.lock_for_scan(|| waiting_tx.send(()).unwrap()).unwrap();
+        lock.is_some()
+    });
+    waiting_rx.recv().unwrap();
+    drop(scanning);
+    assert!(second.join().unwrap());
+    assert!(!ScanLock::held(&path));
 }
 
 #[test]
