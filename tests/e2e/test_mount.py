@@ -384,6 +384,32 @@ def test_dry_run_prints_sample_and_counts(store, tmp_path):
     assert "flac/First Artist, Second Artist.flac" in lines
 
 
+def test_names_that_are_not_utf8_are_scanned_and_served(tmp_path, mount):
+    """A Latin-1 folder and file name (as copied from an old Windows share):
+    scanned, served with the store's tags before the original audio, named
+    by `filename` as Latin-1 reads, and found unchanged by a re-scan; an
+    export of it imports back as it is."""
+    lib = tmp_path / "lib"
+    folder = os.path.join(os.fsencode(lib), b"Caf\xe9")
+    os.makedirs(folder)
+    backing = os.path.join(folder, b"\xc9t\xe9.flac")
+    shutil.copy(os.path.join(FIXTURES, "tagged.flac"), backing)
+    db = tmp_path / "s.db"
+    scanned = json.loads(run("scan", str(lib), "--db", str(db), "--json").stdout)
+    assert (scanned["added"], scanned["failed"]) == (1, 0), scanned
+    run("tag", "--db", str(db), "set", "1", "title=Served Anyway")
+    m = mount(db, "--template", "${filename} - $title")
+    served = os.path.join(m.mnt, "Été - Served Anyway.flac")
+    assert FLAC(served)["title"] == ["Served Anyway"]
+    assert pcm_sha256(served) == pcm_sha256(os.fsdecode(backing))
+    again = json.loads(run("scan", str(lib), "--db", str(db), "--json").stdout)
+    assert (again["unchanged"], again["added"]) == (1, 0), again
+    dump = tmp_path / "t.json"
+    dump.write_text(run("export", "--db", str(db)).stdout)
+    run("import", "--db", str(db), str(dump))
+    assert export(db)[0]["tags"]["title"] == ["Served Anyway"]
+
+
 def test_unsynthesizable_files_are_served_byte_identical_with_one_log_line(tmp_path, mount):
     lib = tmp_path / "odd"
     lib.mkdir()

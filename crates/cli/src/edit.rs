@@ -100,7 +100,7 @@ fn locate(
             let db_store = crate::open_existing(db)?;
             let tracks = if is_folder {
                 let full = std::fs::canonicalize(path).with_context(|| format!("resolving {reference}"))?;
-                db_store.tracks_under(&full.to_string_lossy())?
+                db_store.tracks_under(&retagfs_store::path_to_text(&full))?
             } else {
                 vec![db_store.resolve_track(reference)?]
             };

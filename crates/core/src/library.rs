@@ -15,7 +15,7 @@ use retagfs_formats::{
     format_mismatch, synthesize, synthesized_len, Layout, ReadAt, SegmentSource, Source, SynthesisInput,
     SynthesisOptions,
 };
-use retagfs_store::{Format, Store, TrackBundle, TrackRow};
+use retagfs_store::{text_for_display, text_to_path, Format, Store, TrackBundle, TrackRow};
 
 use crate::read_ahead::{will_need, KernelHints, ReadAhead};
 use crate::storage::{self, Storage};
@@ -73,7 +73,8 @@ fn leading_number(v: &str) -> Option<u32> {
 impl Fields for TrackFields<'_> {
     fn get(&self, field: &str) -> Option<String> {
         match field {
-            "filename" => Path::new(&self.track.backing_path)
+            // Bytes of the name that are not UTF-8 read as Latin-1.
+            "filename" => Path::new(&*text_for_display(&self.track.backing_path))
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned()),
             "format" => Some(self.track.format.as_str().to_string()),
@@ -917,7 +918,7 @@ enum Log {
 /// Opens a track's backing file; a file that changed since the scan is
 /// EIO (its offsets are stale), a vanished one ENOENT.
 fn open_backing(track: &TrackRow, log: Log) -> io::Result<File> {
-    let backing = File::open(&track.backing_path).map_err(|e| match e.raw_os_error() {
+    let backing = File::open(text_to_path(&track.backing_path)).map_err(|e| match e.raw_os_error() {
         // Out of descriptors: the client sees why (it holds too many files
         // open), not an I/O error, and the log gets one line, not one per
         // refused open.

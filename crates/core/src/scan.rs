@@ -12,8 +12,8 @@ use anyhow::{bail, Context};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use retagfs_formats::{probe, ProbeError, ReadAt, Source};
 use retagfs_store::{
-    self as store, DirEntry, EntryKind, KnownStamps, PathMap, ScannedDir, ScannedDirs, ScannedPicture,
-    ScannedTrack, Stamps, Store,
+    self as store, path_to_text, text_to_path, DirEntry, EntryKind, KnownStamps, PathMap, ScannedDir,
+    ScannedDirs, ScannedPicture, ScannedTrack, Stamps, Store,
 };
 
 use crate::storage::{self, Storage};
@@ -168,7 +168,7 @@ fn check_roots(roots: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
 
 /// Probes one file and computes its content fingerprint.
 fn probe_file(job: &Job<'_>) -> Result<ScannedTrack, ProbeError> {
-    let file = Windowed::new(File::open(job.path)?);
+    let file = Windowed::new(File::open(text_to_path(job.path))?);
     let src = Source::new(&file as &dyn ReadAt, job.stamps.size);
     let p = probe(&src)?;
     let fingerprint = fingerprint(&src, p.audio_offset, p.audio_length)?;
@@ -439,7 +439,7 @@ fn same_ending(a: &str, b: &str) -> usize {
 }
 
 fn file_is_gone(path: &str) -> bool {
-    std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    std::fs::symlink_metadata(text_to_path(path)).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// Whether `path` is `prefix` or lies below it.
@@ -448,10 +448,10 @@ fn at_or_under(path: &str, prefix: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
-/// Whether `path` is one of the (canonical, UTF-8) roots or under one: compared
-/// as strings, which is many times cheaper than by path components.
+/// Whether `path` is one of the (canonical) roots or under one: compared
+/// as text, which is many times cheaper than by path components.
 fn under_roots(path: &str, roots: &[PathBuf]) -> bool {
-    roots.iter().any(|r| at_or_under(path, &r.to_string_lossy()))
+    roots.iter().any(|r| at_or_under(path, &path_to_text(r)))
 }
 
 /// Change-log entries a scan keeps; a mount further behind rebuilds.
@@ -619,7 +619,7 @@ pub fn scan(
         // the record: below these roots it would no longer tell the whole
         // story.
         for root in &roots {
-            store::forget_scanned_dirs_under(&tx, &root.to_string_lossy())?;
+            store::forget_scanned_dirs_under(&tx, &path_to_text(root))?;
         }
     }
     store::trim_change_log(&tx, CHANGE_LOG_KEEP)?;

@@ -304,3 +304,34 @@ fn a_track_row_deleted_by_hand_comes_back_with_full() {
     let s = rescan(&mut db, &root, false, false);
     assert_eq!(counts(&s), [0, 0, 0, 6, 0, 0, 1, 2], "{s:?}");
 }
+
+/// A folder and a file whose names are not UTF-8 are taken from the record
+/// like any other: a track row deleted by hand under them is not noticed
+/// by a scan from the record (which would list the folder, and find the
+/// file, if its recorded name did not lead back to it), and --full finds it.
+#[test]
+fn folders_whose_names_are_not_utf8_are_taken_from_the_record() {
+    use std::os::unix::ffi::OsStrExt;
+    let lib = fresh_library();
+    let folder = lib.path().join(std::ffi::OsStr::from_bytes(b"Caf\xe9"));
+    std::fs::create_dir(&folder).unwrap();
+    let file = folder.join(std::ffi::OsStr::from_bytes(b"\xc9t\xe9.flac"));
+    std::fs::copy(fixtures().join("tagged.flac"), &file).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    let root = lib.path().canonicalize().unwrap();
+    let store_dir = tempfile::tempdir().unwrap();
+    let mut db = Store::open(&store_dir.path().join("store.db")).unwrap();
+    let first = rescan(&mut db, &root, false, false);
+    assert_eq!(counts(&first), [7, 0, 0, 0, 0, 0, 1, 2], "{first:?}");
+    assert_eq!(recorded(&db), 6);
+    let path = retagfs_store::path_to_text(&root.join(file.strip_prefix(lib.path()).unwrap())).into_owned();
+    let deleted = db
+        .conn()
+        .execute("DELETE FROM tracks WHERE backing_path = ?1", [&path])
+        .unwrap();
+    assert_eq!(deleted, 1);
+    let s = rescan(&mut db, &root, false, false);
+    assert_eq!(counts(&s), [0, 0, 0, 7, 0, 0, 1, 2], "{s:?}");
+    let s = rescan(&mut db, &root, false, true);
+    assert_eq!(counts(&s), [1, 0, 0, 6, 0, 0, 1, 2], "{s:?}");
+}

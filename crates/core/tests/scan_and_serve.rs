@@ -148,6 +148,48 @@ fn scan_counts_rescan_and_prune() {
     assert_eq!(db.track_count().unwrap(), 7);
 }
 
+/// Names that are not UTF-8 (Latin-1 ones, as copied from an old Windows
+/// share) are scanned and served like any other, and a re-scan finds them
+/// unchanged, taking their folder from its record or listing it.
+#[test]
+fn names_that_are_not_utf8_are_scanned_served_and_found_again() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = library();
+    let folder = dir.path().join(std::ffi::OsStr::from_bytes(b"Caf\xe9"));
+    std::fs::create_dir(&folder).unwrap();
+    let file = folder.join(std::ffi::OsStr::from_bytes(b"\xc9t\xe9.flac"));
+    std::fs::copy(fixtures().join("tagged.flac"), &file).unwrap();
+    let db_path = dir.path().join("store.db");
+    let mut db = Store::open(&db_path).unwrap();
+    let s = scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
+    assert_eq!((s.added, s.failed), (9, 1), "{s:?}");
+    let track = db
+        .resolve_track(&store::path_to_text(&file.canonicalize().unwrap()))
+        .unwrap();
+    for full in [false, true] {
+        let again = ScanOptions {
+            full,
+            ..opts(dir.path(), false)
+        };
+        let again = scan(&mut db, &again, &|_| {}).unwrap();
+        assert_eq!(
+            (again.unchanged, again.added, again.failed),
+            (9, 0, 1),
+            "{again:?}"
+        );
+    }
+
+    let config = ViewConfig {
+        template: Template::parse("${filename}").unwrap(),
+        ..view(Mode::Synthesis)
+    };
+    let lib = Library::load(&db_path, config).unwrap();
+    assert_eq!(path_of(&lib, track.id).unwrap(), "Été.flac");
+    let original = std::fs::read(&file).unwrap();
+    let served = read_all(&lib, file_ino(track.id));
+    assert!(served.ends_with(&original[track.audio_offset as usize..]));
+}
+
 #[test]
 fn empty_files_and_unserved_audio_are_reported_other_files_skipped() {
     let dir = tempfile::tempdir().unwrap();

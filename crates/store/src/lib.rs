@@ -9,6 +9,7 @@
 
 mod model;
 mod path_table;
+mod path_text;
 mod scanned_dirs;
 mod store;
 
@@ -17,6 +18,7 @@ pub use model::{
     TrackRow,
 };
 pub use path_table::{KnownStamps, PathTable};
+pub use path_text::{bytes_to_text, path_to_text, text_for_display, text_to_path};
 pub use rusqlite::Transaction;
 pub use scanned_dirs::{DirEntry, DirStamp, EntryKind, ScannedDir, ScannedDirs};
 pub use store::{

@@ -523,7 +523,7 @@ impl Store {
         let Ok(path) = std::fs::canonicalize(reference) else {
             return Err(StoreError::NoSuchTrack(reference.to_string()));
         };
-        stmt.query_row([path.to_string_lossy()], track_from_row)
+        stmt.query_row([crate::path_to_text(&path)], track_from_row)
             .optional()?
             .ok_or_else(|| StoreError::NoSuchTrack(reference.to_string()))
     }
