@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use inotify::{Inotify, WatchMask};
-use retagfs_store::{ScanLock, Store};
+use retagfs_store::{beside, ScanLock, Store};
 
 use crate::library::{Library, Refresh};
 
@@ -71,11 +71,9 @@ fn watch_db_files(db: &Path) -> std::io::Result<(Inotify, Vec<PathBuf>)> {
         dir,
         WatchMask::MODIFY | WatchMask::CLOSE_WRITE | WatchMask::CREATE | WatchMask::MOVED_TO,
     )?;
-    let name = db.file_name().unwrap_or_default().to_os_string();
-    let mut wal = name.clone();
-    wal.push("-wal");
-    let lock = ScanLock::path(Path::new(&name));
-    Ok((inotify, vec![PathBuf::from(name), PathBuf::from(wal), lock]))
+    let name = Path::new(db.file_name().unwrap_or_default());
+    let names = vec![name.to_path_buf(), beside(name, "-wal"), ScanLock::path(name)];
+    Ok((inotify, names))
 }
 
 fn run(
@@ -259,9 +257,7 @@ impl StoreFile {
         ["-wal", "-shm"]
             .into_iter()
             .map(|suffix| {
-                let mut path = db.as_os_str().to_os_string();
-                path.push(suffix);
-                let path = PathBuf::from(path);
+                let path = beside(db, suffix);
                 let id = file_id(&path);
                 (path, id)
             })
@@ -321,15 +317,21 @@ impl StoreFile {
     /// `id` (a store removed and scanned anew): the old store is served
     /// until the scan ends, rather than the new one growing with it.
     fn scan_running(&mut self, db: &Path, id: FileId) -> bool {
-        let running = ScanLock::held(db);
-        if running && self.scanning != Some(id) {
-            tracing::warn!(
+        let held = ScanLock::held(db);
+        let first_look = self.scanning != Some(id);
+        match &held {
+            Ok(true) if first_look => tracing::warn!(
                 "the store {} was replaced by one a scan is writing: serving the old one until the scan ends",
                 db.display()
-            );
-            self.scanning = Some(id);
+            ),
+            Err(e) if first_look => tracing::warn!(
+                "the store {} was replaced; whether a scan is still writing it is unknown ({e}): loading it",
+                db.display()
+            ),
+            _ => {}
         }
-        running
+        self.scanning = Some(id);
+        held.unwrap_or(false)
     }
 
     /// Serves the store now at `db` (file `id`); false when it cannot be

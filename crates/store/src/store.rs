@@ -87,9 +87,7 @@ pub struct ScanLock {
 impl ScanLock {
     /// The lock file of the store at `db`.
     pub fn path(db: &Path) -> PathBuf {
-        let mut path = db.as_os_str().to_os_string();
-        path.push("-scan.lock");
-        PathBuf::from(path)
+        beside(db, "-scan.lock")
     }
 
     /// Takes the lock of the store at `db`, waiting while another scan
@@ -123,28 +121,33 @@ impl ScanLock {
     /// Whether a scan of the store at `db` holds its lock now (false when
     /// no scan ever made the lock file). Takes the lock shared for an
     /// instant, and never creates the file.
-    pub fn held(db: &Path) -> bool {
-        let Ok(file) = std::fs::File::open(Self::path(db)) else {
-            return false;
+    pub fn held(db: &Path) -> std::io::Result<bool> {
+        let file = match std::fs::File::open(Self::path(db)) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e),
         };
         match file.try_lock_shared() {
-            Ok(()) => false,
-            Err(std::fs::TryLockError::WouldBlock) => true,
-            Err(std::fs::TryLockError::Error(e)) => {
-                tracing::warn!("checking the scan lock of {}: {e}", db.display());
-                false
-            }
+            Ok(()) => Ok(false),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(true),
+            Err(std::fs::TryLockError::Error(e)) => Err(e),
         }
     }
+}
+
+/// The path of a file SQLite or a scan keeps beside the store at `db`
+/// (`suffix` is `-wal`, `-shm`, `-journal` or `-scan.lock`).
+pub fn beside(db: &Path, suffix: &str) -> PathBuf {
+    let mut path = db.as_os_str().to_os_string();
+    path.push(suffix);
+    PathBuf::from(path)
 }
 
 /// Removes the `-wal`, `-shm` and `-journal` at the path of a store that
 /// is not there ([`Store::open_for_scan`]).
 fn remove_orphaned_companions(db: &Path) -> Result<()> {
     for suffix in ["-wal", "-shm", "-journal"] {
-        let mut path = db.as_os_str().to_os_string();
-        path.push(suffix);
-        let path = PathBuf::from(path);
+        let path = beside(db, suffix);
         match std::fs::remove_file(&path) {
             Ok(()) => tracing::warn!(
                 "removed {}: it belonged to a store that is gone, and SQLite would read the new store through it",
