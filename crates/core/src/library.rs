@@ -239,6 +239,26 @@ struct ConnectionPool {
     generation: AtomicU64,
 }
 
+/// A connection in use, given back when dropped (also if its user
+/// panicked: threads may be waiting for it).
+struct Lent<'a> {
+    pool: &'a ConnectionPool,
+    conn: Option<Store>,
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.pool
+                .idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(conn);
+            self.pool.returned.notify_one();
+        }
+    }
+}
+
 /// How long a thread waiting for a connection sleeps before it looks at
 /// the store's path again.
 const RECHECK: Duration = Duration::from_millis(100);
@@ -259,11 +279,11 @@ impl ConnectionPool {
     /// a replacement holds this side's gate while it swaps the tree.
     fn with<T>(&self, f: impl FnOnce(&Store) -> io::Result<T>) -> io::Result<T> {
         let _in_use = self.gate.read().unwrap_or_else(|e| e.into_inner());
-        let conn = self.take()?;
-        let result = f(&conn);
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
-        self.returned.notify_one();
-        result
+        let lent = Lent {
+            pool: self,
+            conn: Some(self.take()?),
+        };
+        f(lent.conn.as_ref().expect("lent until dropped"))
     }
 
     /// An idle connection, else a new one while the path names the served
