@@ -64,7 +64,9 @@ fn report(s: &ScanSummary, json: bool) {
         println!("{out}");
     }
     for (path, reason) in s.failures.iter().take(LISTED_FAILURES) {
-        eprintln!("failed: {path}: {reason}");
+        // As a person reads it (bytes of a name that are not UTF-8 as
+        // Latin-1); `--json` has the store's text.
+        eprintln!("failed: {}: {reason}", retagfs_store::text_for_display(path));
     }
     if s.failures.len() > LISTED_FAILURES {
         eprintln!("... and {} more failures", s.failures.len() - LISTED_FAILURES);
