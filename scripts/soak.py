@@ -10,6 +10,11 @@ these running at once against the mount:
   rescanner   `retagfs scan` every few seconds
   truncator   truncates a random backing file for a moment, then restores
               it (reads of it meanwhile must fail cleanly with EIO/ENOENT)
+  replacer    every --replace-every seconds replaces the store: scanned
+              into another path and moved over the mounted one, or
+              removed and scanned anew in place, in turn (the mount must
+              follow; edits meanwhile may fail, and files open across the
+              switch fail their cover art's reads with EIO)
 It samples the daemon's RSS and open descriptors every second, counts
 errors by kind, and at the end restores everything, re-scans and verifies
 every served file: its size equals what stat said, mutagen reads the
@@ -59,8 +64,8 @@ def status(pid):
 
 
 class Soak:
-    def __init__(self, work, seconds):
-        self.work, self.seconds = work, seconds
+    def __init__(self, work, seconds, replace_every):
+        self.work, self.seconds, self.replace_every = work, seconds, replace_every
         self.lib, self.db, self.mnt = (os.path.join(work, x) for x in ("lib", "store.db", "mnt"))
         self.stop = threading.Event()
         self.lock = threading.Lock()
@@ -70,6 +75,10 @@ class Soak:
         # truncated, or was restored and the next re-scan has not run yet).
         self.disturbed = {}
         self.backing_of = {}  # track id -> backing path
+        self.ids = []
+        # Until when edits may fail and reads EIO: the store is being
+        # replaced, or was a moment ago and the mount may not have switched.
+        self.replacing_until = 0.0
 
     def count(self, what, error=None):
         with self.lock:
@@ -89,11 +98,16 @@ class Soak:
                     pass  # renamed by a retag between listing and stat
             self.count("walks")
 
+    def replacing(self):
+        with self.lock:
+            return self.replacing_until > time.time()
+
     def expected_failure(self, ino):
         """Whether reads of the served file with inode `ino` may fail now
         (files are inode track id + 1)."""
         with self.lock:
-            return self.disturbed.get(self.backing_of.get(ino - 1), 0) > time.time()
+            now = time.time()
+            return self.disturbed.get(self.backing_of.get(ino - 1), 0) > now or self.replacing_until > now
 
     def reader(self, rng):
         while not self.stop.is_set():
@@ -118,14 +132,20 @@ class Soak:
                 self.count("reads of renamed files (ENOENT)")
             except OSError as e:
                 if e.errno == errno.EIO and self.expected_failure(ino):
-                    self.count("EIO while the backing file was truncated or not yet re-scanned")
+                    self.count("EIO while the backing file was truncated or not yet re-scanned, "
+                               "or the store replaced")
                 else:
                     self.count("read errors", f"{f}: {e}")
 
-    def retagger(self, rng, ids):
+    def retagger(self, rng):
         while not self.stop.is_set():
-            p = retagfs("tag", "--db", self.db, "set", str(rng.choice(ids)), f"title=Soak {rng.randrange(10**6)}")
-            self.count("retags", None if p.returncode == 0 else p.stderr.strip())
+            with self.lock:
+                track_id = rng.choice(self.ids)
+            p = retagfs("tag", "--db", self.db, "set", str(track_id), f"title=Soak {rng.randrange(10**6)}")
+            if p.returncode != 0 and self.replacing():
+                self.count("retags refused while the store was replaced")
+            else:
+                self.count("retags", None if p.returncode == 0 else p.stderr.strip())
             time.sleep(0.05)
 
     def mount_retagger(self, rng):
@@ -136,13 +156,49 @@ class Soak:
             path = rng.choice(self.served_files())
             p = retagfs("tag", "set", path, f"title=Soak {rng.randrange(10**6)}")
             moved = p.returncode == 1 and "No such file or directory" in p.stderr and not os.path.exists(path)
-            self.count("mount retags", None if p.returncode == 0 or moved else p.stderr.strip())
+            if p.returncode != 0 and not moved and self.replacing():
+                self.count("mount retags refused while the store was replaced")
+            else:
+                self.count("mount retags", None if p.returncode == 0 or moved else p.stderr.strip())
             time.sleep(0.05)
 
     def rescanner(self):
         while not self.stop.wait(3):
             p = retagfs("scan", self.lib, "--db", self.db)
             self.count("rescans", None if p.returncode == 0 else p.stderr.strip())
+
+    def replacer(self):
+        """Replaces the store in turn by one scanned elsewhere and moved
+        over it, and by removing it and scanning anew in place."""
+        rebuilt = os.path.join(self.work, "rebuilt.db")
+        in_place = False
+        while not self.stop.wait(self.replace_every):
+            with self.lock:
+                self.replacing_until = float("inf")
+            if in_place:
+                os.remove(self.db)
+                p = retagfs("scan", self.lib, "--db", self.db)
+            else:
+                for suffix in ("", "-wal", "-shm"):
+                    if os.path.exists(rebuilt + suffix):
+                        os.remove(rebuilt + suffix)
+                p = retagfs("scan", self.lib, "--db", rebuilt)
+                if p.returncode == 0:
+                    os.replace(rebuilt, self.db)
+            self.count("stores scanned anew in place" if in_place else "stores moved over the mounted one",
+                       None if p.returncode == 0 else p.stderr.strip())
+            self.learn_tracks()
+            with self.lock:
+                # The mount switches within milliseconds; a file opened
+                # before it reads its art as EIO until opened again.
+                self.replacing_until = time.time() + 2
+            in_place = not in_place
+
+    def learn_tracks(self):
+        tracks = json.loads(retagfs("export", "--db", self.db).stdout)
+        with self.lock:
+            self.ids = [t["id"] for t in tracks]
+            self.backing_of = {t["id"]: t["backing_path"] for t in tracks}
 
     def truncator(self, rng, backing):
         while not self.stop.wait(1):
@@ -167,21 +223,20 @@ class Soak:
         p = retagfs("scan", self.lib, "--db", self.db)
         if p.returncode != 0:
             sys.exit(p.stderr)
-        tracks = json.loads(retagfs("export", "--db", self.db).stdout)
-        ids = [t["id"] for t in tracks]
-        self.backing_of = {t["id"]: t["backing_path"] for t in tracks}
-        backing = [t["backing_path"] for t in tracks]
+        self.learn_tracks()
+        backing = list(self.backing_of.values())
         log = open(os.path.join(self.work, "mount.log"), "w")
         daemon = subprocess.Popen([BIN, "mount", self.mnt, "--db", self.db], stdout=log, stderr=log)
         while not os.path.ismount(self.mnt):
             if daemon.poll() is not None:
                 sys.exit("mount failed: see " + log.name)
             time.sleep(0.05)
-        rng = random.Random(1)
         workers = [threading.Thread(target=self.walker), threading.Thread(target=self.rescanner),
                    threading.Thread(target=self.truncator, args=(random.Random(2), backing))]
         workers += [threading.Thread(target=self.reader, args=(random.Random(10 + i),)) for i in range(4)]
-        workers += [threading.Thread(target=self.retagger, args=(random.Random(20 + i), ids)) for i in range(2)]
+        workers += [threading.Thread(target=self.retagger, args=(random.Random(20 + i),)) for i in range(2)]
+        if self.replace_every > 0:
+            workers += [threading.Thread(target=self.replacer)]
         workers += [threading.Thread(target=self.mount_retagger, args=(random.Random(30),))]
         for w in workers:
             w.start()
@@ -270,11 +325,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=60)
     ap.add_argument("--copies", type=int, default=30, help="copies of the fixture set (7 files each)")
+    ap.add_argument("--replace-every", type=int, default=30,
+                    help="seconds between replacements of the store (0: never)")
     ap.add_argument("--work", help="work directory (default: a temporary one)")
     args = ap.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="retagfs-soak-")
     make_library(os.path.join(work, "lib"), args.copies)
-    rc = Soak(work, args.seconds).run()
+    rc = Soak(work, args.seconds, args.replace_every).run()
     if rc == 0 and not args.work:
         shutil.rmtree(work, ignore_errors=True)
     else:
