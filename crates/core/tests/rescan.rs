@@ -70,6 +70,15 @@ fn recorded(db: &Store) -> i64 {
         .unwrap()
 }
 
+/// Deletes the track row of `backing_path` by hand, as a tool might.
+fn delete_track_row(db: &Store, backing_path: &str) {
+    let deleted = db
+        .conn()
+        .execute("DELETE FROM tracks WHERE backing_path = ?1", [backing_path])
+        .unwrap();
+    assert_eq!(deleted, 1);
+}
+
 /// A store holding the library, scanned twice so that the second scan
 /// took every folder from the record.
 fn scanned(lib: &Path) -> (tempfile::TempDir, Store) {
@@ -291,12 +300,7 @@ fn a_track_row_deleted_by_hand_comes_back_with_full() {
     let lib = library();
     let root = lib.path().canonicalize().unwrap();
     let (_store, mut db) = scanned(&root);
-    let flac = format!("{}/a/tagged.flac", root.display());
-    let deleted = db
-        .conn()
-        .execute("DELETE FROM tracks WHERE backing_path = ?1", [&flac])
-        .unwrap();
-    assert_eq!(deleted, 1);
+    delete_track_row(&db, &format!("{}/a/tagged.flac", root.display()));
     // `tracks` is the scanner's alone (docs/store.md): a scan that takes
     // every folder from the record does not read it; --full does.
     let s = rescan(&mut db, &root, false, true);
@@ -324,12 +328,8 @@ fn folders_whose_names_are_not_utf8_are_taken_from_the_record() {
     let first = rescan(&mut db, &root, false, false);
     assert_eq!(counts(&first), [7, 0, 0, 0, 0, 0, 1, 2], "{first:?}");
     assert_eq!(recorded(&db), 6);
-    let path = retagfs_store::path_to_text(&root.join(file.strip_prefix(lib.path()).unwrap())).into_owned();
-    let deleted = db
-        .conn()
-        .execute("DELETE FROM tracks WHERE backing_path = ?1", [&path])
-        .unwrap();
-    assert_eq!(deleted, 1);
+    let path = root.join(file.strip_prefix(lib.path()).unwrap());
+    delete_track_row(&db, &retagfs_store::path_to_text(&path));
     let s = rescan(&mut db, &root, false, false);
     assert_eq!(counts(&s), [0, 0, 0, 7, 0, 0, 1, 2], "{s:?}");
     let s = rescan(&mut db, &root, false, true);

@@ -149,8 +149,8 @@ fn scan_counts_rescan_and_prune() {
 }
 
 /// Names that are not UTF-8 (Latin-1 ones, as copied from an old Windows
-/// share) are scanned and served like any other, and a re-scan finds them
-/// unchanged, taking their folder from its record or listing it.
+/// share) are scanned and served like any other, and re-scans find them
+/// unchanged (`rescan.rs` takes such a folder from the record).
 #[test]
 fn names_that_are_not_utf8_are_scanned_served_and_found_again() {
     use std::os::unix::ffi::OsStrExt;
