@@ -21,8 +21,13 @@ use crate::Ownership;
 /// How long the kernel may cache entries and attributes. Long, because a
 /// refresh tells the kernel what to forget as soon as the store changes.
 pub(crate) const TTL: Duration = Duration::from_secs(60);
-/// Preferred I/O size reported in `stat`.
+/// Preferred I/O size reported in `stat` for files.
 pub(crate) const BLOCK_SIZE: u32 = 128 * 1024;
+/// The same for folders. glibc sizes a listing's buffer by it (32 KiB at
+/// least), and the kernel allocates and maps pages of that size for every
+/// READDIRPLUS it sends: a first `find` over 20k tracks (two requests per
+/// folder) spent a fifth of its listing time on them at 128 KiB.
+const DIR_BLOCK_SIZE: u32 = 32 * 1024;
 
 /// The state of a mount shared by every thread answering requests.
 pub(crate) struct Server {
@@ -171,7 +176,10 @@ impl Server {
             gid: own.gid,
             rdev: 0,
             flags: 0,
-            blksize: BLOCK_SIZE,
+            blksize: match kind {
+                FileType::Directory => DIR_BLOCK_SIZE,
+                _ => BLOCK_SIZE,
+            },
         }
     }
 
