@@ -20,8 +20,10 @@ use crate::storage::{self, Storage};
 use crate::walk::{DirCache, Walked};
 use sha2::{Digest, Sha256};
 
-/// Results written per transaction.
+/// Results written per transaction, at most.
 const BATCH: usize = 512;
+/// How long the writer gathers results before it commits what it has.
+const GATHER: Duration = Duration::from_millis(50);
 /// Bytes at each end of the audio that make up the content fingerprint.
 const FINGERPRINT_SPAN: u64 = 64 * 1024;
 
@@ -909,7 +911,6 @@ fn outdated(previous: Option<&ScannedDir<'_>>, found: &ScannedDir<'_>) -> bool {
     })
 }
 
-/// The single writer: applies results in batched transactions.
 /// What the writer updates besides the store.
 struct Results<'a> {
     /// Tracks whose files are gone: a new file with one's fingerprint is
@@ -921,6 +922,7 @@ struct Results<'a> {
     summary: &'a mut ScanSummary,
 }
 
+/// The single writer: applies results in batched transactions.
 fn write_results(
     db: &mut Store,
     results: Receiver<Outcome<'_>>,
@@ -940,11 +942,14 @@ fn write_results(
             Ok(o) => batch.push(o),
             Err(_) => done = true,
         }
-        // Drain what is ready without waiting, up to a batch.
-        while batch.len() < BATCH {
-            match results.try_recv() {
+        // Gather up to a batch for a while: each commit rewrites the
+        // pages it touched into the WAL, and results come a few at a time.
+        let deadline = Instant::now() + GATHER;
+        while !done && batch.len() < BATCH {
+            match results.recv_deadline(deadline) {
                 Ok(o) => batch.push(o),
-                Err(_) => break,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => break,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => done = true,
             }
         }
         if batch.is_empty() {
