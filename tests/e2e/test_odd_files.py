@@ -10,8 +10,6 @@ import os
 import struct
 import subprocess
 
-import pytest
-
 from conftest import run
 
 
