@@ -386,9 +386,9 @@ def test_dry_run_prints_sample_and_counts(store, tmp_path):
 
 def test_names_that_are_not_utf8_are_scanned_and_served(tmp_path, mount):
     """A Latin-1 folder and file name (as copied from an old Windows share):
-    scanned, served with the store's tags before the original audio, named
-    by `filename` as Latin-1 reads, and found unchanged by a re-scan; an
-    export of it imports back as it is."""
+    scanned, edited by its path, served with the store's tags before the
+    original audio, named by `filename` as Latin-1 reads, and found
+    unchanged by a re-scan; an export of it imports back as it is."""
     lib = tmp_path / "lib"
     folder = os.path.join(os.fsencode(lib), b"Caf\xe9")
     os.makedirs(folder)
@@ -397,7 +397,8 @@ def test_names_that_are_not_utf8_are_scanned_and_served(tmp_path, mount):
     db = tmp_path / "s.db"
     scanned = json.loads(run("scan", str(lib), "--db", str(db), "--json").stdout)
     assert (scanned["added"], scanned["failed"]) == (1, 0), scanned
-    run("tag", "--db", str(db), "set", "1", "title=Served Anyway")
+    # The file named by its path in the library, bytes and all.
+    run("tag", "--db", str(db), "set", os.fsdecode(backing), "title=Served Anyway")
     m = mount(db, "--template", "${filename} - $title")
     served = os.path.join(m.mnt, "Été - Served Anyway.flac")
     assert FLAC(served)["title"] == ["Served Anyway"]

@@ -225,6 +225,7 @@ pub enum TagAction {
     Get {
         /// The track: its id (as `export` prints it), its file in the library, or
         /// its file in a mounted view.
+        #[arg(value_parser = track_reference())]
         track: String,
         /// Keys to print (all when none is given).
         keys: Vec<String>,
@@ -233,6 +234,7 @@ pub enum TagAction {
     Set {
         /// The track: its id (as `export` prints it), its file in the library, or
         /// its file in a mounted view (with -r, a folder of either).
+        #[arg(value_parser = track_reference())]
         track: String,
         /// KEY=VALUE pairs.
         #[arg(required = true)]
@@ -242,6 +244,7 @@ pub enum TagAction {
     Add {
         /// The track: its id (as `export` prints it), its file in the library, or
         /// its file in a mounted view (with -r, a folder of either).
+        #[arg(value_parser = track_reference())]
         track: String,
         /// KEY=VALUE pairs.
         #[arg(required = true)]
@@ -251,6 +254,7 @@ pub enum TagAction {
     Rm {
         /// The track: its id (as `export` prints it), its file in the library, or
         /// its file in a mounted view (with -r, a folder of either).
+        #[arg(value_parser = track_reference())]
         track: String,
         /// Keys (`comment`) or single values (`genre=Jazz`).
         #[arg(required = true)]
@@ -278,6 +282,7 @@ pub enum ArtAction {
     Set {
         /// The track: its id (as `export` prints it), its file in the library, or
         /// its file in a mounted view (with -r, a folder of either).
+        #[arg(value_parser = track_reference())]
         track: String,
         /// The image file: JPEG, PNG, GIF, BMP or WebP.
         image: PathBuf,
@@ -289,6 +294,7 @@ pub enum ArtAction {
     Rm {
         /// The track: its id (as `export` prints it), its file in the library, or
         /// its file in a mounted view (with -r, a folder of either).
+        #[arg(value_parser = track_reference())]
         track: String,
         /// Picture type to remove: front, back, leaflet, media, artist, other, or 0-20.
         #[arg(long = "type", default_value = "front", conflicts_with = "all")]
@@ -376,4 +382,12 @@ fn parse_read_only_mode(s: &str) -> Result<u16, String> {
         ));
     }
     Ok(mode)
+}
+
+/// A track reference as the store's text: a path whose name is not UTF-8
+/// (which clap would refuse as a `String`) is kept byte for byte.
+fn track_reference() -> impl clap::builder::TypedValueParser<Value = String> {
+    use clap::builder::TypedValueParser;
+    clap::builder::OsStringValueParser::new()
+        .map(|given| retagfs_store::path_to_text(Path::new(&given)).into_owned())
 }

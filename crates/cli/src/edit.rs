@@ -82,7 +82,7 @@ fn locate(
     reference: &str,
     recursive: bool,
 ) -> anyhow::Result<(store::Store, Vec<TrackRow>)> {
-    let path = Path::new(reference);
+    let path = &*store::text_to_path(reference);
     // One `stat` decides: a file of a view renamed by a retag right after
     // it would otherwise be found in the view, then not at all.
     let meta = path.metadata();
@@ -136,8 +136,8 @@ fn in_view(
 ) -> anyhow::Result<(store::Store, Vec<TrackRow>)> {
     let db = store_of_view(db, view, reference)?;
     let db_store = crate::open_existing(&db)?;
-    let ids =
-        mounted::served_tracks(Path::new(reference), meta).with_context(|| format!("listing {reference}"))?;
+    let ids = mounted::served_tracks(&store::text_to_path(reference), meta)
+        .with_context(|| format!("listing {reference}"))?;
     let tracks = ids
         .into_iter()
         .map(|id| {

@@ -523,7 +523,7 @@ impl Store {
         if let Some(t) = stmt.query_row([reference], track_from_row).optional()? {
             return Ok(t);
         }
-        let Ok(path) = std::fs::canonicalize(reference) else {
+        let Ok(path) = std::fs::canonicalize(crate::text_to_path(reference)) else {
             return Err(StoreError::NoSuchTrack(reference.to_string()));
         };
         stmt.query_row([crate::path_to_text(&path)], track_from_row)
