@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
@@ -21,7 +21,6 @@ use crate::read_ahead::{will_need, KernelHints, ReadAhead};
 use crate::storage::{self, Storage};
 use crate::template::{Fallbacks, Fields, Template};
 use crate::tree::{file_ino, FileEntry, Invalidations, Placement, Tree, TreeBuilder};
-use crate::watch::FileId;
 
 /// How files are served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,6 +216,13 @@ pub struct Refresh {
     pub invalidations: Invalidations,
 }
 
+/// A file's device and inode number.
+pub(crate) type FileId = (u64, u64);
+
+pub(crate) fn file_id(path: &Path) -> Option<FileId> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
 /// Read-only store connections shared by the serving threads, all to the
 /// file the tree was loaded from.
 struct ConnectionPool {
@@ -312,7 +318,7 @@ impl ConnectionPool {
     /// another file (looked at before and after the open).
     fn open_served(&self) -> io::Result<Option<Store>> {
         let served = self.served();
-        let names_served = || served.is_none() || crate::watch::file_id(&self.db) == served;
+        let names_served = || served.is_none() || file_id(&self.db) == served;
         if !names_served() {
             return Ok(None);
         }
@@ -342,9 +348,9 @@ impl ConnectionPool {
         load: impl FnOnce(&Store) -> anyhow::Result<L>,
         switch: impl FnOnce(L) -> T,
     ) -> anyhow::Result<T> {
-        let file = crate::watch::file_id(&self.db);
+        let file = file_id(&self.db);
         let store = Store::open_read_only(&self.db)?;
-        if crate::watch::file_id(&self.db) != file {
+        if file_id(&self.db) != file {
             anyhow::bail!("the file at the store's path changed while it was opened");
         }
         let loaded = load(&store)?;
@@ -521,7 +527,7 @@ impl Library {
         let started = std::time::Instant::now();
         // Before the open: a file moved to the path after it is then seen
         // as a replacement by the watcher, not taken for the one loaded.
-        let served = crate::watch::file_id(db);
+        let served = file_id(db);
         let store = Store::open_read_only(db)?;
         let ((tree, tracks), seq) = store
             .read_snapshot(|s| Ok((load_tree(s, &config)?, s.last_change_seq()?)))
@@ -1109,7 +1115,7 @@ mod tests {
         drop(store_of(&db, 3));
         let pool = Arc::new(ConnectionPool::new(
             &db,
-            crate::watch::file_id(&db),
+            file_id(&db),
             Store::open_read_only(&db).unwrap(),
         ));
         // The pool's one connection is in use.
@@ -1140,7 +1146,7 @@ mod tests {
 
         pool.replace(|s| Ok(s.track_count()?), |n| n).unwrap();
         assert_eq!(pool.with(|s| Ok(s.track_count().unwrap())).unwrap(), 5);
-        assert_eq!(pool.served(), crate::watch::file_id(&db));
+        assert_eq!(pool.served(), file_id(&db));
     }
 
     /// A file at the store's path that cannot be loaded leaves the old
@@ -1150,7 +1156,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("s.db");
         drop(store_of(&db, 3));
-        let served = crate::watch::file_id(&db);
+        let served = file_id(&db);
         let pool = ConnectionPool::new(&db, served, Store::open_read_only(&db).unwrap());
         let other = dir.path().join("other.db");
         std::fs::write(&other, b"not a store").unwrap();

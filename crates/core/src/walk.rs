@@ -463,6 +463,8 @@ fn list_dir(
         }
     };
     let (files_before, skipped_before, failures_before) = (out.files.len(), out.skipped, out.failures.len());
+    // Once per folder: each file's path starts with it.
+    let dir_text = path_to_text(&dir.path);
     let mut clean = true;
     while let Some(entry) = entries.read() {
         let entry = match entry {
@@ -471,7 +473,7 @@ fn list_dir(
                 // The listing is incomplete: nothing below is known gone.
                 let e = io::Error::from(e);
                 tracing::warn!("skipping an entry of {}: {e}", dir.path.display());
-                out.unreadable.push(path_to_text(&dir.path).into_owned());
+                out.unreadable.push(dir_text.to_string());
                 clean = false;
                 continue;
             }
@@ -513,7 +515,7 @@ fn list_dir(
         } else if kind == fs::FileType::RegularFile {
             file(
                 shared,
-                dir,
+                dir_text.trim_end_matches('/'),
                 name,
                 || meta.unwrap_or_else(|| stat_at(fd, name, false)),
                 out,
@@ -572,9 +574,11 @@ fn device(m: &fs::Statx) -> u64 {
     libc::makedev(m.stx_dev_major, m.stx_dev_minor)
 }
 
+/// A candidate file `name` of the folder at `dir_path` (as text, without
+/// a trailing slash).
 fn file(
     shared: &Shared<'_>,
-    dir: &Dir,
+    dir_path: &str,
     name: &CStr,
     meta: impl FnOnce() -> io::Result<fs::Statx>,
     out: &mut Walked,
@@ -585,8 +589,6 @@ fn file(
         return;
     }
     // Built by hand: `format!` here was a measurable share of a re-scan.
-    let dir_path = path_to_text(&dir.path);
-    let dir_path = dir_path.trim_end_matches('/');
     let mut path = String::with_capacity(dir_path.len() + 1 + name.len());
     path.push_str(dir_path);
     path.push('/');

@@ -7,7 +7,6 @@
 //! ended: until then the old one is served.
 
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -17,7 +16,7 @@ use std::time::{Duration, Instant};
 use inotify::{Inotify, WatchMask};
 use retagfs_store::{beside, ScanLock, Store};
 
-use crate::library::{Library, Refresh};
+use crate::library::{file_id, FileId, Library, Refresh};
 
 /// How long the watcher sleeps when nothing wakes it.
 const POLL: Duration = Duration::from_secs(1);
@@ -205,13 +204,6 @@ fn refresh(lib: &Library, on_refresh: &dyn Fn(&Refresh)) {
         Ok(_) => {}
         Err(e) => tracing::error!("refresh failed: {e:#}"),
     }
-}
-
-/// A file's device and inode number.
-pub(crate) type FileId = (u64, u64);
-
-pub(crate) fn file_id(path: &Path) -> Option<FileId> {
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// Which file the store's path names, to notice it being replaced: the
