@@ -12,8 +12,8 @@ use anyhow::{bail, Context};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use retagfs_formats::{probe, ProbeError, ReadAt, Source};
 use retagfs_store::{
-    self as store, path_to_text, text_to_path, DirEntry, EntryKind, KnownStamps, PathMap, ScannedDir,
-    ScannedDirs, ScannedPicture, ScannedTrack, Stamps, Store,
+    self as store, path_to_text, text_to_path, DirEntry, EntryKind, Fingerprint, KnownStamps, PathMap,
+    ScannedDir, ScannedDirs, ScannedPicture, ScannedTrack, Stamps, Store,
 };
 
 use crate::storage::{self, Storage};
@@ -127,8 +127,24 @@ struct Job<'a> {
 }
 
 enum Outcome<'a> {
-    Scanned(Job<'a>, Box<ScannedTrack>),
+    Scanned(Job<'a>, Box<Probed>),
     Failed(Job<'a>, ProbeError),
+}
+
+/// A file probed: what goes to the store, and the sha256 fingerprint that
+/// a store before version 5 would hold of it (computed only while a track
+/// known by one may be this file, moved).
+struct Probed {
+    track: ScannedTrack,
+    sha256: Option<[u8; 32]>,
+}
+
+impl Probed {
+    /// The file's fingerprints, the store's own first.
+    fn fingerprints(&self) -> impl Iterator<Item = Fingerprint> + Clone + '_ {
+        let blake3 = self.track.fingerprint.map(Fingerprint::Blake3);
+        blake3.into_iter().chain(self.sha256.map(Fingerprint::Sha256))
+    }
 }
 
 fn extension(path: &str) -> String {
@@ -168,24 +184,29 @@ fn check_roots(roots: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
         .collect()
 }
 
-/// Probes one file and computes its content fingerprint.
-fn probe_file(job: &Job<'_>) -> Result<ScannedTrack, ProbeError> {
+/// Probes one file and computes its content fingerprint (and with
+/// `sha256`, the one of stores before version 5), reading through `buf`.
+fn probe_file(job: &Job<'_>, sha256: bool, buf: &mut Vec<u8>) -> Result<Probed, ProbeError> {
     let file = Windowed::new(File::open(text_to_path(job.path))?);
     let src = Source::new(&file as &dyn ReadAt, job.stamps.size);
     let p = probe(&src)?;
-    let fingerprint = fingerprint(&src, p.audio_offset, p.audio_length)?;
-    Ok(ScannedTrack {
+    let fingerprints = fingerprints(&src, p.audio_offset, p.audio_length, sha256, buf)?;
+    let track = ScannedTrack {
         backing_path: job.path.to_string(),
         format: p.format,
         audio_offset: p.audio_offset,
         audio_length: p.audio_length,
         stamps: job.stamps,
-        fingerprint: Some(fingerprint),
+        fingerprint: Some(fingerprints.blake3),
         tags: p.tags,
         pictures: dedup_pictures(p.pictures),
         flac_blocks: p.flac_blocks,
         parts: p.parts,
         passthrough: p.passthrough,
+    };
+    Ok(Probed {
+        track,
+        sha256: fingerprints.sha256,
     })
 }
 
@@ -269,30 +290,68 @@ fn dedup_pictures(pictures: Vec<ScannedPicture>) -> Vec<ScannedPicture> {
         .collect()
 }
 
-fn fingerprint(src: &Source<'_>, offset: u64, len: u64) -> Result<[u8; 32], ProbeError> {
-    let mut h = Sha256::new();
-    h.update(len.to_le_bytes());
+struct Fingerprints {
+    blake3: [u8; 32],
+    sha256: Option<[u8; 32]>,
+}
+
+/// The fingerprints of the audio at `offset`, `len` bytes long: BLAKE3
+/// over its length (8 bytes, little-endian), its first 64 KiB and the rest
+/// of its last 64 KiB (so the whole audio once when it is shorter than 128
+/// KiB); with `sha256`, also the sha256 of stores before version 5 (its
+/// length, first 64 KiB and last 64 KiB, overlapping in short audio).
+/// `buf` is kept from file to file: a fresh zeroed buffer per file cost as
+/// much as the hashing.
+fn fingerprints(
+    src: &Source<'_>,
+    offset: u64,
+    len: u64,
+    sha256: bool,
+    buf: &mut Vec<u8>,
+) -> Result<Fingerprints, ProbeError> {
+    buf.resize(FINGERPRINT_SPAN as usize, 0);
     let span = FINGERPRINT_SPAN.min(len);
-    hash_range(&mut h, src, offset, span)?;
-    hash_range(&mut h, src, offset + len - span, span)?;
-    Ok(h.finalize().into())
+    let mut blake3 = blake3::Hasher::new();
+    blake3.update(&len.to_le_bytes());
+    let mut legacy = sha256.then(|| Sha256::new_with_prefix(len.to_le_bytes()));
+    let head = read_span(src, offset, span, buf)?;
+    blake3.update(head);
+    if let Some(h) = &mut legacy {
+        h.update(head);
+    }
+    let tail_at = offset + len - span;
+    // How much of the tail the head already holds.
+    let in_head = (offset + span).saturating_sub(tail_at).min(span);
+    match &mut legacy {
+        Some(h) => {
+            let tail = read_span(src, tail_at, span, buf)?;
+            h.update(tail);
+            blake3.update(tail.get(in_head as usize..).unwrap_or_default());
+        }
+        None if in_head < span => {
+            blake3.update(read_span(src, tail_at + in_head, span - in_head, buf)?);
+        }
+        None => {}
+    }
+    Ok(Fingerprints {
+        blake3: blake3.finalize().into(),
+        sha256: legacy.map(|h| h.finalize().into()),
+    })
 }
 
-/// Hashes `len` bytes at `offset` (fewer at the end of the file) through
-/// a buffer on the stack: a fresh zeroed heap buffer per file cost as much
-/// as the hashing (the allocator zeroes large blocks by unmapping them).
-fn hash_range(h: &mut Sha256, src: &Source<'_>, offset: u64, len: u64) -> Result<(), ProbeError> {
-    let mut chunk = [0u8; FINGERPRINT_SPAN as usize];
-    let want = len.min(chunk.len() as u64) as usize;
-    let n = src.read_upto_into(offset, &mut chunk[..want])?;
-    h.update(&chunk[..n]);
-    Ok(())
+/// `len` bytes at `offset` (fewer at the end of the file), read into `buf`.
+fn read_span<'b>(src: &Source<'_>, offset: u64, len: u64, buf: &'b mut [u8]) -> Result<&'b [u8], ProbeError> {
+    let n = src.read_upto_into(offset, &mut buf[..len as usize])?;
+    Ok(&buf[..n])
 }
 
-fn worker<'a>(jobs: Receiver<Job<'a>>, results: Sender<Outcome<'a>>) {
+/// Probes jobs until there are none; `sha256`: whether new files need the
+/// fingerprint of stores before version 5 too.
+fn worker<'a>(jobs: Receiver<Job<'a>>, results: Sender<Outcome<'a>>, sha256: bool) {
+    let mut buf = Vec::new();
     for job in jobs {
-        let outcome = match probe_file(&job) {
-            Ok(t) => Outcome::Scanned(job, Box::new(t)),
+        let outcome = match probe_file(&job, sha256 && job.existing.is_none(), &mut buf) {
+            Ok(probed) => Outcome::Scanned(job, Box::new(probed)),
             Err(e) => Outcome::Failed(job, e),
         };
         if results.send(outcome).is_err() {
@@ -307,12 +366,12 @@ fn worker<'a>(jobs: Receiver<Job<'a>>, results: Sender<Outcome<'a>>) {
 #[derive(Default)]
 struct MoveCandidates {
     /// Gone tracks under the roots scanned.
-    gone: HashMap<[u8; 32], Candidates>,
+    gone: HashMap<Fingerprint, Candidates>,
     /// Gone tracks outside the roots, looked up by fingerprint the first
     /// time a new file has it (once per fingerprint: a library of many
     /// copies of one recording, moved, must not stat every copy again for
     /// each new file).
-    gone_elsewhere: HashMap<[u8; 32], Candidates>,
+    gone_elsewhere: HashMap<Fingerprint, Candidates>,
     roots: Vec<PathBuf>,
     /// Whether the store holds tracks outside the roots, which a new file
     /// may be one of, moved.
@@ -330,35 +389,60 @@ impl MoveCandidates {
         Ok(())
     }
 
-    /// The track (id and old path) that a new file at `path` with this
-    /// fingerprint is: one gone under the roots first, else one gone
-    /// elsewhere.
+    /// Whether a new file may be a gone track that has only the sha256
+    /// fingerprint of a store from before version 5: only then is a new
+    /// file's sha256 computed too.
+    fn may_want_sha256(&self, db: &Store) -> anyhow::Result<bool> {
+        let gone = self.gone.keys().any(|f| matches!(f, Fingerprint::Sha256(_)));
+        Ok(gone || (self.elsewhere && db.has_legacy_fingerprints()?))
+    }
+
+    /// The track (id and old path) that a new file at `path` with these
+    /// fingerprints is: one gone under the roots first, else one gone
+    /// elsewhere. Among the tracks of all its fingerprints (a store from
+    /// before version 5 may know one recording by both), the one whose
+    /// old path ends most like `path`.
     fn take(
         &mut self,
         tx: &store::Transaction<'_>,
-        fingerprint: &[u8; 32],
+        fingerprints: impl Iterator<Item = Fingerprint> + Clone,
         path: &str,
     ) -> anyhow::Result<Option<(i64, String)>> {
-        if let Some(found) = self.gone.get_mut(fingerprint).and_then(|c| c.take(path)) {
+        if let Some(found) = take_best(&mut self.gone, fingerprints.clone(), path) {
             return Ok(Some(found));
         }
         if !self.elsewhere {
             return Ok(None);
         }
-        let elsewhere = match self.gone_elsewhere.entry(*fingerprint) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
+        for fingerprint in fingerprints.clone() {
+            if let std::collections::hash_map::Entry::Vacant(e) = self.gone_elsewhere.entry(fingerprint) {
                 let mut found = Candidates::default();
-                for (id, old) in store::tracks_with_fingerprint(tx, fingerprint)? {
+                for (id, old) in store::tracks_with_fingerprint(tx, &fingerprint)? {
                     if !under_roots(&old, &self.roots) && file_is_gone(&old) {
                         found.push(id, old);
                     }
                 }
-                e.insert(found)
+                e.insert(found);
             }
-        };
-        Ok(elsewhere.take(path))
+        }
+        Ok(take_best(&mut self.gone_elsewhere, fingerprints, path))
     }
+}
+
+/// Takes the track, among those of `fingerprints` in `gone`, whose old
+/// path ends most like `path`.
+fn take_best(
+    gone: &mut HashMap<Fingerprint, Candidates>,
+    fingerprints: impl Iterator<Item = Fingerprint>,
+    path: &str,
+) -> Option<(i64, String)> {
+    let best = fingerprints
+        .filter_map(|f| {
+            let (index, likeness) = gone.get_mut(&f)?.best(path)?;
+            Some((f, index, likeness))
+        })
+        .max_by_key(|&(_, _, likeness)| likeness)?;
+    gone.get_mut(&best.0)?.tracks[best.1].take()
 }
 
 /// Gone tracks of one fingerprint, indexed by the last two components of
@@ -386,10 +470,10 @@ impl Candidates {
         self.tracks.push(Some((id, path)));
     }
 
-    /// The track whose old path ends most like `path`, taken: one whose
-    /// last two components match (ending more like it than any other),
-    /// else one of the same file name, else any.
-    fn take(&mut self, path: &str) -> Option<(i64, String)> {
+    /// The track whose old path ends most like `path` (not taken yet),
+    /// with how alike: one whose last two components match (ending more
+    /// like it than any other), else one of the same file name, else any.
+    fn best(&mut self, path: &str) -> Option<(usize, Likeness)> {
         let tracks = &self.tracks;
         // The last one not taken yet (taken ones are dropped from the end
         // as they come up: each at most once).
@@ -399,24 +483,35 @@ impl Candidates {
             }
             indexes.last().copied()
         };
+        let ending = |i: usize| tracks[i].as_ref().map_or(0, |(_, old)| same_ending(old, path));
         let same_tail = self.by_tail.get_mut(tail(path)).and_then(|same_tail| {
             left(same_tail)?;
             same_tail
                 .iter()
                 .copied()
                 .filter(|&i| tracks[i].is_some())
-                .max_by_key(|&i| tracks[i].as_ref().map(|(_, old)| same_ending(old, path)))
+                .max_by_key(|&i| ending(i))
         });
-        let best = same_tail
-            .or_else(|| self.by_name.get_mut(file_name(path)).and_then(left))
-            .or_else(|| {
-                while self.next_left < tracks.len() && tracks[self.next_left].is_none() {
-                    self.next_left += 1;
-                }
-                (self.next_left < tracks.len()).then_some(self.next_left)
-            })?;
-        self.tracks[best].take()
+        if let Some(i) = same_tail {
+            return Some((i, Likeness::SameTail(ending(i))));
+        }
+        if let Some(i) = self.by_name.get_mut(file_name(path)).and_then(left) {
+            return Some((i, Likeness::SameName));
+        }
+        while self.next_left < tracks.len() && tracks[self.next_left].is_none() {
+            self.next_left += 1;
+        }
+        (self.next_left < tracks.len()).then_some((self.next_left, Likeness::Any))
     }
+}
+
+/// How much a gone track's old path is like a new file's, least first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Likeness {
+    Any,
+    SameName,
+    /// The last two components match, and this many at the end.
+    SameTail(usize),
 }
 
 fn file_name(path: &str) -> &str {
@@ -584,7 +679,8 @@ pub fn scan(
         kinds: &mut kinds,
         summary: &mut summary,
     };
-    probe_and_write(db, opts.jobs, todo, &mut results, progress)?;
+    let sha256 = results.moved_from.may_want_sha256(db)?;
+    probe_and_write(db, opts.jobs, sha256, todo, &mut results, progress)?;
 
     tracing::debug!("probed and written at {:?}", started.elapsed());
     let still_missing: HashSet<i64> = missing.into_iter().filter(|id| !moved.contains(id)).collect();
@@ -728,10 +824,12 @@ fn compare<'a>(
     out
 }
 
-/// Probes the files on `jobs` threads while this one writes the results.
+/// Probes the files on `jobs` threads while this one writes the results;
+/// `sha256` as for [`worker`].
 fn probe_and_write<'a>(
     db: &mut Store,
     jobs: usize,
+    sha256: bool,
     todo: Vec<Job<'a>>,
     results: &mut Results<'_>,
     progress: &dyn Fn(Progress),
@@ -741,7 +839,7 @@ fn probe_and_write<'a>(
     std::thread::scope(|s| {
         for _ in 0..jobs.max(1) {
             let (jobs, results) = (job_rx.clone(), res_tx.clone());
-            s.spawn(move || worker(jobs, results));
+            s.spawn(move || worker(jobs, results, sha256));
         }
         drop((job_rx, res_tx));
         s.spawn(move || {
@@ -959,13 +1057,13 @@ fn write_results(
         for outcome in batch.drain(..) {
             progress(Progress::Probed);
             match outcome {
-                Outcome::Scanned(job, track) => {
+                Outcome::Scanned(job, probed) => {
                     kinds[job.index] = Some(EntryKind::Track);
-                    let new_file_fingerprint = track.fingerprint.filter(|_| job.existing.is_none());
-                    let was_moved = match new_file_fingerprint {
-                        Some(fp) => moved_from.take(&tx, &fp, job.path)?,
-                        None => None,
+                    let was_moved = match job.existing {
+                        None => moved_from.take(&tx, probed.fingerprints(), job.path)?,
+                        Some(_) => None,
                     };
+                    let track = &probed.track;
                     if let Some((id, old)) = was_moved {
                         if !under_roots(&old, &moved_from.roots) {
                             // Its folder's record (from a scan of that
@@ -975,11 +1073,11 @@ fn write_results(
                                 store::forget_scanned_dir(&tx, folder)?;
                             }
                         }
-                        store::move_track(&tx, id, &track)?;
+                        store::move_track(&tx, id, track)?;
                         moved.insert(id);
                         summary.moved += 1;
                     } else {
-                        store::write_scanned(&tx, &track, job.existing)?;
+                        store::write_scanned(&tx, track, job.existing)?;
                         if job.existing.is_some() {
                             summary.updated += 1;
                         } else {

@@ -293,6 +293,85 @@ fn copies_of_one_recording_moved_keep_their_own_tracks() {
     }
 }
 
+/// The content fingerprint of a store from before version 5: sha256 over
+/// the audio's length (8 bytes, little-endian) and its first and last 64
+/// KiB. Computed here apart from the scanner.
+fn sha256_fingerprint(file: &Path, offset: u64, len: u64) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let bytes = std::fs::read(file).unwrap();
+    let audio = &bytes[offset as usize..(offset + len) as usize];
+    let span = audio.len().min(64 * 1024);
+    let mut h = Sha256::new();
+    h.update(len.to_le_bytes());
+    h.update(&audio[..span]);
+    h.update(&audio[audio.len() - span..]);
+    h.finalize().to_vec()
+}
+
+/// Gives every track the fingerprint a store of version 4 had, where the
+/// version 5 migration keeps it.
+fn fingerprint_as_before_version_5(db: &Store) {
+    for t in db.tracks().unwrap() {
+        let fp = sha256_fingerprint(Path::new(&t.backing_path), t.audio_offset, t.audio_length);
+        db.conn()
+            .execute(
+                "UPDATE tracks SET fingerprint = NULL, legacy_fingerprint = ?2 WHERE id = ?1",
+                (t.id, fp),
+            )
+            .unwrap();
+    }
+}
+
+/// Tracks scanned before fingerprints were BLAKE3 are still found moved,
+/// within the library and with the whole library, and have the new
+/// fingerprint once probed again.
+#[test]
+fn tracks_fingerprinted_before_version_5_are_found_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("old");
+    std::fs::create_dir(&old).unwrap();
+    for e in std::fs::read_dir(library().path()).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, old.join(p.file_name().unwrap())).unwrap();
+    }
+    let mut db = Store::open(&dir.path().join("store.db")).unwrap();
+    let first = scan(&mut db, &opts(&old, false), &|_| {}).unwrap();
+    let flac = tagged_flac(&db, &old);
+    retitle(&mut db, flac.id, "Edited");
+    fingerprint_as_before_version_5(&db);
+
+    std::fs::create_dir(old.join("sub")).unwrap();
+    std::fs::rename(old.join("tagged.flac"), old.join("sub/moved.flac")).unwrap();
+    let s = scan(&mut db, &opts(&old, false), &|_| {}).unwrap();
+    assert_eq!((s.moved, s.added, s.missing), (1, 0, 0), "{s:?}");
+    let moved = db
+        .resolve_track(old.join("sub/moved.flac").to_str().unwrap())
+        .unwrap();
+    assert_eq!(moved.id, flac.id);
+
+    let new = dir.path().join("new");
+    std::fs::rename(&old, &new).unwrap();
+    let s = scan(&mut db, &opts(&new, false), &|_| {}).unwrap();
+    assert_eq!((s.moved, s.added), (first.added, 0), "{s:?}");
+    let moved = db
+        .resolve_track(new.join("sub/moved.flac").to_str().unwrap())
+        .unwrap();
+    assert_eq!(moved.id, flac.id);
+    assert!(db
+        .tags(moved.id)
+        .unwrap()
+        .contains(&("title".into(), "Edited".into())));
+    let legacy: i64 = db
+        .conn()
+        .query_row(
+            "SELECT count(*) FROM tracks WHERE legacy_fingerprint IS NOT NULL OR fingerprint IS NULL",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(legacy, 0);
+}
+
 #[test]
 fn moved_file_keeps_its_row_and_edited_tags() {
     let dir = library();

@@ -14,8 +14,8 @@ mod scanned_dirs;
 mod store;
 
 pub use model::{
-    ArtLink, BackingPart, Format, NewArt, PartKind, ScannedPicture, ScannedTrack, Stamps, TrackBundle,
-    TrackRow,
+    ArtLink, BackingPart, Fingerprint, Format, NewArt, PartKind, ScannedPicture, ScannedTrack, Stamps,
+    TrackBundle, TrackRow,
 };
 pub use path_table::{KnownStamps, PathTable};
 pub use path_text::{bytes_to_text, path_to_text, text_for_display, text_to_path};

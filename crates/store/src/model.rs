@@ -119,6 +119,17 @@ pub struct ScannedPicture {
     pub description: String,
 }
 
+/// A track's content fingerprint: the audio's length and its first and
+/// last 64 KiB, hashed (docs/store.md gives the exact input).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fingerprint {
+    /// BLAKE3, as this version writes it (`tracks.fingerprint`).
+    Blake3([u8; 32]),
+    /// sha256, as stores before version 5 wrote it
+    /// (`tracks.legacy_fingerprint`).
+    Sha256([u8; 32]),
+}
+
 /// Everything a probe learned about one backing file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScannedTrack {
@@ -127,6 +138,7 @@ pub struct ScannedTrack {
     pub audio_offset: u64,
     pub audio_length: u64,
     pub stamps: Stamps,
+    /// The BLAKE3 [`Fingerprint`].
     pub fingerprint: Option<[u8; 32]>,
     /// (canonical key, value) in file order; a key may repeat.
     pub tags: Vec<(String, String)>,

@@ -9,13 +9,13 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
 use sha2::{Digest, Sha256};
 
 use crate::model::{
-    ArtLink, BackingPart, Format, NewArt, PartKind, ScannedTrack, Stamps, TrackBundle, TrackRow,
+    ArtLink, BackingPart, Fingerprint, Format, NewArt, PartKind, ScannedTrack, Stamps, TrackBundle, TrackRow,
 };
 use crate::path_table::{KnownStamps, PathTable};
 use crate::scanned_dirs::{DirStamp, ScannedDir, ScannedDirs};
 
 /// Schema version this binary writes, kept in `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Migrations, index i upgrades a store from version i to i + 1.
 const MIGRATIONS: &[&str] = &[
@@ -23,6 +23,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("schema_v2.sql"),
     include_str!("schema_v3.sql"),
     include_str!("schema_v4.sql"),
+    include_str!("schema_v5.sql"),
 ];
 
 /// `passthrough` of tracks that schema version 2 found without the
@@ -603,18 +604,39 @@ impl Store {
     }
 
     /// Content fingerprints of the given tracks (those that have one).
-    pub fn fingerprints(&self, ids: &[i64]) -> Result<Vec<(i64, [u8; 32])>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT fingerprint FROM tracks WHERE id = ?1 AND fingerprint IS NOT NULL")?;
+    pub fn fingerprints(&self, ids: &[i64]) -> Result<Vec<(i64, Fingerprint)>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT coalesce(fingerprint, legacy_fingerprint), fingerprint IS NULL FROM tracks \
+             WHERE id = ?1 AND coalesce(fingerprint, legacy_fingerprint) IS NOT NULL",
+        )?;
         let mut out = Vec::new();
         for &id in ids {
-            let fp: Option<Vec<u8>> = stmt.query_row([id], |r| r.get(0)).optional()?;
-            if let Some(fp) = fp.and_then(|f| <[u8; 32]>::try_from(f).ok()) {
-                out.push((id, fp));
-            }
+            let row: Option<(Vec<u8>, bool)> =
+                stmt.query_row([id], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
+            let Some((bytes, legacy)) = row else { continue };
+            let Ok(bytes) = <[u8; 32]>::try_from(bytes) else {
+                continue;
+            };
+            out.push((
+                id,
+                if legacy {
+                    Fingerprint::Sha256(bytes)
+                } else {
+                    Fingerprint::Blake3(bytes)
+                },
+            ));
         }
         Ok(out)
+    }
+
+    /// Whether any track still has only the sha256 fingerprint of a store
+    /// from before version 5.
+    pub fn has_legacy_fingerprints(&self) -> Result<bool> {
+        Ok(self.conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM tracks WHERE legacy_fingerprint IS NOT NULL)",
+            [],
+            |r| r.get(0),
+        )?)
     }
 
     /// Stat stamps of every recorded failure, so unchanged broken files are
@@ -994,8 +1016,8 @@ pub fn scanned_tags_sha256(t: &ScannedTrack) -> [u8; 32] {
 fn update_scanned(tx: &Transaction<'_>, id: i64, t: &ScannedTrack, scanned_tags: &[u8; 32]) -> Result<()> {
     tx.prepare_cached(
         "UPDATE tracks SET format = ?2, audio_offset = ?3, audio_length = ?4, \
-         file_size = ?5, mtime_ns = ?6, ctime_ns = ?7, fingerprint = ?8, scanned_at = ?9, \
-         passthrough = ?10, scanned_tags = ?11 WHERE id = ?1",
+         file_size = ?5, mtime_ns = ?6, ctime_ns = ?7, fingerprint = ?8, legacy_fingerprint = NULL, \
+         scanned_at = ?9, passthrough = ?10, scanned_tags = ?11 WHERE id = ?1",
     )?
     .execute(params![
         id,
@@ -1076,9 +1098,19 @@ pub fn move_track(tx: &Transaction<'_>, id: i64, t: &ScannedTrack) -> Result<()>
 }
 
 /// (id, backing path) of the tracks with this content fingerprint.
-pub fn tracks_with_fingerprint(tx: &Transaction<'_>, fingerprint: &[u8; 32]) -> Result<Vec<(i64, String)>> {
-    let mut stmt = tx.prepare_cached("SELECT id, backing_path FROM tracks WHERE fingerprint = ?1")?;
-    let rows = stmt.query_map([&fingerprint[..]], |r| Ok((r.get(0)?, r.get(1)?)))?;
+pub fn tracks_with_fingerprint(
+    tx: &Transaction<'_>,
+    fingerprint: &Fingerprint,
+) -> Result<Vec<(i64, String)>> {
+    let (sql, bytes) = match fingerprint {
+        Fingerprint::Blake3(f) => ("SELECT id, backing_path FROM tracks WHERE fingerprint = ?1", f),
+        Fingerprint::Sha256(f) => (
+            "SELECT id, backing_path FROM tracks WHERE legacy_fingerprint = ?1",
+            f,
+        ),
+    };
+    let mut stmt = tx.prepare_cached(sql)?;
+    let rows = stmt.query_map([&bytes[..]], |r| Ok((r.get(0)?, r.get(1)?)))?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 

@@ -2,8 +2,8 @@
 //! constraints reject malformed rows, newer stores are refused.
 
 use retagfs_store::{
-    self as store, BackingPart, DirStamp, Format, NewArt, PartKind, ScanLock, ScannedDir, ScannedTrack,
-    Stamps, Store, StoreError,
+    self as store, BackingPart, DirStamp, Fingerprint, Format, NewArt, PartKind, ScanLock, ScannedDir,
+    ScannedTrack, Stamps, Store, StoreError,
 };
 
 fn track(path: &str) -> ScannedTrack {
@@ -190,6 +190,62 @@ fn version_1_store_is_migrated_and_its_unstructured_tracks_pass_through() {
     let mtime = |p: &str| known.stamps(known.find(p).unwrap()).mtime_ns;
     assert_eq!(mtime("/m/a.wav"), -1);
     assert_eq!(mtime("/m/b.mp3"), 1);
+}
+
+/// A store of version 4 keeps its sha256 fingerprints as legacy ones,
+/// until a track is probed again and gets the BLAKE3 one.
+#[test]
+fn version_4_fingerprints_are_kept_as_legacy_until_probed_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        for script in [
+            include_str!("../src/schema.sql"),
+            include_str!("../src/schema_v2.sql"),
+            include_str!("../src/schema_v3.sql"),
+            include_str!("../src/schema_v4.sql"),
+        ] {
+            conn.execute_batch(script).unwrap();
+        }
+        conn.execute_batch(
+            "PRAGMA user_version = 4;
+             INSERT INTO tracks (backing_path, format, audio_offset, audio_length, file_size,
+                                 mtime_ns, ctime_ns, scanned_at, fingerprint)
+             VALUES ('/m/a.flac', 'flac', 10, 90, 100, 1, 1, 0, zeroblob(32)),
+                    ('/m/b.flac', 'flac', 10, 90, 100, 1, 1, 0, NULL);",
+        )
+        .unwrap();
+    }
+    let mut db = Store::open(&path).unwrap();
+    let id = |db: &Store, p: &str| db.resolve_track(p).unwrap().id;
+    let (a, b) = (id(&db, "/m/a.flac"), id(&db, "/m/b.flac"));
+    assert_eq!(
+        db.fingerprints(&[a, b]).unwrap(),
+        [(a, Fingerprint::Sha256([0; 32]))]
+    );
+    assert!(db.has_legacy_fingerprints().unwrap());
+    // The migration is no edit: nothing to refresh.
+    assert_eq!(db.last_change_seq().unwrap(), 2);
+
+    let mut file = track("/m/a.flac");
+    file.fingerprint = Some([7; 32]);
+    let tx = db.write().unwrap();
+    store::write_scanned(&tx, &file, Some(a)).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(
+        db.fingerprints(&[a]).unwrap(),
+        [(a, Fingerprint::Blake3([7; 32]))]
+    );
+    assert!(!db.has_legacy_fingerprints().unwrap());
+    let tx = db.write().unwrap();
+    assert_eq!(
+        store::tracks_with_fingerprint(&tx, &Fingerprint::Blake3([7; 32])).unwrap(),
+        [(a, "/m/a.flac".to_string())]
+    );
+    assert!(store::tracks_with_fingerprint(&tx, &Fingerprint::Sha256([0; 32]))
+        .unwrap()
+        .is_empty());
 }
 
 #[test]
