@@ -1020,12 +1020,40 @@ struct Results<'a> {
     summary: &'a mut ScanSummary,
 }
 
-/// The single writer: applies results in batched transactions.
+/// The single writer: applies results in batched transactions. Each
+/// result is written as it comes (while the probes go on), and the
+/// transaction is committed once it has a batch or has gathered for a
+/// while: each commit rewrites the pages it touched into the WAL, and
+/// results come a few at a time.
 fn write_results(
     db: &mut Store,
     results: Receiver<Outcome<'_>>,
     out: &mut Results<'_>,
     progress: &dyn Fn(Progress),
+) -> anyhow::Result<()> {
+    while let Ok(first) = results.recv() {
+        let tx = db.write()?;
+        let deadline = Instant::now() + GATHER;
+        let mut next = Some(first);
+        let mut written = 0;
+        while let Some(outcome) = next.take() {
+            progress(Progress::Probed);
+            write_outcome(&tx, outcome, out)?;
+            written += 1;
+            if written < BATCH {
+                next = results.recv_deadline(deadline).ok();
+            }
+        }
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+/// Writes one probe's result.
+fn write_outcome(
+    tx: &store::Transaction<'_>,
+    outcome: Outcome<'_>,
+    out: &mut Results<'_>,
 ) -> anyhow::Result<()> {
     let Results {
         moved_from,
@@ -1033,87 +1061,61 @@ fn write_results(
         kinds,
         summary,
     } = out;
-    let mut batch = Vec::with_capacity(BATCH);
-    let mut done = false;
-    while !done {
-        match results.recv() {
-            Ok(o) => batch.push(o),
-            Err(_) => done = true,
-        }
-        // Gather up to a batch for a while: each commit rewrites the
-        // pages it touched into the WAL, and results come a few at a time.
-        let deadline = Instant::now() + GATHER;
-        while !done && batch.len() < BATCH {
-            match results.recv_deadline(deadline) {
-                Ok(o) => batch.push(o),
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => break,
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => done = true,
-            }
-        }
-        if batch.is_empty() {
-            continue;
-        }
-        let tx = db.write()?;
-        for outcome in batch.drain(..) {
-            progress(Progress::Probed);
-            match outcome {
-                Outcome::Scanned(job, probed) => {
-                    kinds[job.index] = Some(EntryKind::Track);
-                    let was_moved = match job.existing {
-                        None => moved_from.take(&tx, probed.fingerprints(), job.path)?,
-                        Some(_) => None,
-                    };
-                    let track = &probed.track;
-                    if let Some((id, old)) = was_moved {
-                        if !under_roots(&old, &moved_from.roots) {
-                            // Its folder's record (from a scan of that
-                            // root) no longer tells the truth: a file
-                            // there is no longer a track.
-                            if let Some((folder, _)) = old.rsplit_once('/') {
-                                store::forget_scanned_dir(&tx, folder)?;
-                            }
-                        }
-                        store::move_track(&tx, id, track)?;
-                        moved.insert(id);
-                        summary.moved += 1;
-                    } else {
-                        store::write_scanned(&tx, track, job.existing)?;
-                        if job.existing.is_some() {
-                            summary.updated += 1;
-                        } else {
-                            summary.added += 1;
-                        }
+    match outcome {
+        Outcome::Scanned(job, probed) => {
+            kinds[job.index] = Some(EntryKind::Track);
+            let was_moved = match job.existing {
+                None => moved_from.take(tx, probed.fingerprints(), job.path)?,
+                Some(_) => None,
+            };
+            let track = &probed.track;
+            if let Some((id, old)) = was_moved {
+                if !under_roots(&old, &moved_from.roots) {
+                    // Its folder's record (from a scan of that
+                    // root) no longer tells the truth: a file
+                    // there is no longer a track.
+                    if let Some((folder, _)) = old.rsplit_once('/') {
+                        store::forget_scanned_dir(tx, folder)?;
                     }
                 }
-                Outcome::Failed(job, ProbeError::UnknownFormat | ProbeError::Empty)
-                    if !extension_in(job.path, AUDIO) && !extension_in(job.path, UNSERVED_AUDIO) =>
-                {
-                    kinds[job.index] = Some(EntryKind::NotAudio);
-                    summary.skipped += 1;
-                }
-                Outcome::Failed(job, err) => {
-                    let reason = match err {
-                        // Audio the user will look for in the mount: say why it is not there.
-                        ProbeError::UnknownFormat if extension_in(job.path, UNSERVED_AUDIO) => {
-                            format!(
-                                "unsupported audio format (.{}): retagfs serves FLAC, MP3, MP4/M4A, \
-                                 Ogg Vorbis, Ogg Opus and WAV",
-                                extension(job.path)
-                            )
-                        }
-                        err => err.to_string(),
-                    };
-                    // A track that was fine before keeps its row (and its
-                    // edited tags); its changed stamps keep it from being served.
-                    tracing::info!("{}: {reason}", job.path);
-                    store::record_failure(&tx, job.path, job.stamps, &reason)?;
-                    kinds[job.index] = Some(EntryKind::Failure);
-                    summary.failed += 1;
-                    summary.failures.push((job.path.to_string(), reason));
+                store::move_track(tx, id, track)?;
+                moved.insert(id);
+                summary.moved += 1;
+            } else {
+                store::write_scanned(tx, track, job.existing)?;
+                if job.existing.is_some() {
+                    summary.updated += 1;
+                } else {
+                    summary.added += 1;
                 }
             }
         }
-        tx.commit()?;
+        Outcome::Failed(job, ProbeError::UnknownFormat | ProbeError::Empty)
+            if !extension_in(job.path, AUDIO) && !extension_in(job.path, UNSERVED_AUDIO) =>
+        {
+            kinds[job.index] = Some(EntryKind::NotAudio);
+            summary.skipped += 1;
+        }
+        Outcome::Failed(job, err) => {
+            let reason = match err {
+                // Audio the user will look for in the mount: say why it is not there.
+                ProbeError::UnknownFormat if extension_in(job.path, UNSERVED_AUDIO) => {
+                    format!(
+                        "unsupported audio format (.{}): retagfs serves FLAC, MP3, MP4/M4A, \
+                         Ogg Vorbis, Ogg Opus and WAV",
+                        extension(job.path)
+                    )
+                }
+                err => err.to_string(),
+            };
+            // A track that was fine before keeps its row (and its
+            // edited tags); its changed stamps keep it from being served.
+            tracing::info!("{}: {reason}", job.path);
+            store::record_failure(tx, job.path, job.stamps, &reason)?;
+            kinds[job.index] = Some(EntryKind::Failure);
+            summary.failed += 1;
+            summary.failures.push((job.path.to_string(), reason));
+        }
     }
     Ok(())
 }
