@@ -70,17 +70,13 @@ impl<'a> Source<'a> {
                 self.size
             )));
         }
-        let mut buf = vec![0u8; len as usize];
-        self.fill(offset, &mut buf)?;
-        Ok(buf)
+        self.read_exactly(offset, len as usize)
     }
 
     /// Reads up to `len` bytes at `offset` (fewer at the end of the file).
     pub fn read_upto(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
         let len = len.min(self.size.saturating_sub(offset)).min(MAX_READ);
-        let mut buf = vec![0u8; len as usize];
-        self.fill(offset, &mut buf)?;
-        Ok(buf)
+        self.read_exactly(offset, len as usize)
     }
 
     /// Reads up to `buf.len()` bytes at `offset` into `buf` (fewer at the
@@ -89,6 +85,17 @@ impl<'a> Source<'a> {
         let n = (buf.len() as u64).min(self.size.saturating_sub(offset)) as usize;
         self.fill(offset, &mut buf[..n])?;
         Ok(n)
+    }
+
+    // Zeroed here, not by the allocator (`vec![0; len]`): for a large
+    // block it gets fresh pages from the kernel (madvise), a fault per page
+    // and a TLB flush on every core, which cost more than the memset.
+    #[allow(clippy::slow_vector_initialization)]
+    fn read_exactly(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let mut buf = Vec::with_capacity(len);
+        buf.resize(len, 0);
+        self.fill(offset, &mut buf)?;
+        Ok(buf)
     }
 
     fn fill(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
