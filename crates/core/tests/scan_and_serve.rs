@@ -21,11 +21,17 @@ fn fixtures() -> PathBuf {
 /// A copy of the fixtures in a temp dir (tests may change files).
 fn library() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
+    copy_fixtures(dir.path());
+    dir
+}
+
+/// Copies the fixtures into `folder`, made if missing.
+fn copy_fixtures(folder: &Path) {
+    std::fs::create_dir_all(folder).unwrap();
     for e in std::fs::read_dir(fixtures()).unwrap() {
         let p = e.unwrap().path();
-        std::fs::copy(&p, dir.path().join(p.file_name().unwrap())).unwrap();
+        std::fs::copy(&p, folder.join(p.file_name().unwrap())).unwrap();
     }
-    dir
 }
 
 fn opts(root: &Path, prune: bool) -> ScanOptions {
@@ -218,6 +224,13 @@ fn empty_files_and_unserved_audio_are_reported_other_files_skipped() {
     assert_eq!((s.added, s.skipped), (0, 2), "{s:?}");
 }
 
+/// The track of the file at `path` is track `id`, title edit and all.
+fn assert_is_edited_track(db: &Store, path: &Path, id: i64) {
+    let track = db.resolve_track(path.to_str().unwrap()).unwrap();
+    assert_eq!(track.id, id);
+    assert!(db.tags(id).unwrap().contains(&("title".into(), "Edited".into())));
+}
+
 /// A whole library moved (a disk mounted elsewhere) and scanned at its new
 /// path: its tracks move with their edits instead of being added again
 /// beside rows whose files are gone.
@@ -225,11 +238,7 @@ fn empty_files_and_unserved_audio_are_reported_other_files_skipped() {
 fn a_library_scanned_at_a_new_path_moves_its_tracks() {
     let dir = tempfile::tempdir().unwrap();
     let old = dir.path().join("old");
-    std::fs::create_dir(&old).unwrap();
-    for e in std::fs::read_dir(library().path()).unwrap() {
-        let p = e.unwrap().path();
-        std::fs::copy(&p, old.join(p.file_name().unwrap())).unwrap();
-    }
+    copy_fixtures(&old);
     let mut db = Store::open(&dir.path().join("store.db")).unwrap();
     let first = scan(&mut db, &opts(&old, false), &|_| {}).unwrap();
     let flac = db
@@ -241,14 +250,7 @@ fn a_library_scanned_at_a_new_path_moves_its_tracks() {
     let s = scan(&mut db, &opts(&new, false), &|_| {}).unwrap();
     assert_eq!((s.moved, s.added), (first.added, 0), "{s:?}");
     assert_eq!(db.tracks().unwrap().len() as u64, first.added);
-    let moved = db
-        .resolve_track(new.join("tagged.flac").to_str().unwrap())
-        .unwrap();
-    assert_eq!(moved.id, flac.id);
-    assert!(db
-        .tags(moved.id)
-        .unwrap()
-        .contains(&("title".into(), "Edited".into())));
+    assert_is_edited_track(&db, &new.join("tagged.flac"), flac.id);
 
     // And back: the record of what the first scan saw at the old path no
     // longer says its files are tracks (they moved away meanwhile).
@@ -329,11 +331,7 @@ fn fingerprint_as_before_version_5(db: &Store) {
 fn tracks_fingerprinted_before_version_5_are_found_moved() {
     let dir = tempfile::tempdir().unwrap();
     let old = dir.path().join("old");
-    std::fs::create_dir(&old).unwrap();
-    for e in std::fs::read_dir(library().path()).unwrap() {
-        let p = e.unwrap().path();
-        std::fs::copy(&p, old.join(p.file_name().unwrap())).unwrap();
-    }
+    copy_fixtures(&old);
     let mut db = Store::open(&dir.path().join("store.db")).unwrap();
     let first = scan(&mut db, &opts(&old, false), &|_| {}).unwrap();
     let flac = tagged_flac(&db, &old);
@@ -353,14 +351,7 @@ fn tracks_fingerprinted_before_version_5_are_found_moved() {
     std::fs::rename(&old, &new).unwrap();
     let s = scan(&mut db, &opts(&new, false), &|_| {}).unwrap();
     assert_eq!((s.moved, s.added), (first.added, 0), "{s:?}");
-    let moved = db
-        .resolve_track(new.join("sub/moved.flac").to_str().unwrap())
-        .unwrap();
-    assert_eq!(moved.id, flac.id);
-    assert!(db
-        .tags(moved.id)
-        .unwrap()
-        .contains(&("title".into(), "Edited".into())));
+    assert_is_edited_track(&db, &new.join("sub/moved.flac"), flac.id);
     let legacy: i64 = db
         .conn()
         .query_row(
