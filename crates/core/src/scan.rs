@@ -286,7 +286,7 @@ fn dedup_pictures(pictures: Vec<ScannedPicture>) -> Vec<ScannedPicture> {
     let mut seen = HashSet::new();
     pictures
         .into_iter()
-        .filter(|p| seen.insert((p.picture_type, p.art.data.clone())))
+        .filter(|p| seen.insert((p.picture_type, p.sha256)))
         .collect()
 }
 

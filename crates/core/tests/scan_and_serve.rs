@@ -389,6 +389,42 @@ fn moved_file_keeps_its_row_and_edited_tags() {
     );
 }
 
+/// Pictures found by the scan are stored under the sha256 of their bytes
+/// (hashed once, in the probe), once however many files embed them.
+#[test]
+fn scanned_art_is_addressed_by_the_sha256_of_its_bytes() {
+    use sha2::{Digest, Sha256};
+    let dir = library();
+    for copy in ["a.flac", "b.flac"] {
+        std::fs::copy(dir.path().join("tagged.flac"), dir.path().join(copy)).unwrap();
+    }
+    let mut db = Store::open(&dir.path().join("store.db")).unwrap();
+    scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
+    let art: Vec<(String, Vec<u8>)> = db
+        .conn()
+        .prepare("SELECT sha256, data FROM art")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(!art.is_empty());
+    for (sha, data) in &art {
+        let hex: String = Sha256::digest(data).iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(sha, &hex);
+    }
+    let flac_art: i64 = db
+        .conn()
+        .query_row(
+            "SELECT count(DISTINCT art_sha256) FROM track_art JOIN tracks ON tracks.id = track_id \
+             WHERE backing_path GLOB '*/[ab].flac' OR backing_path GLOB '*/tagged.flac'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(flac_art, 1, "three copies of one cover, one art row");
+}
+
 #[test]
 fn served_flac_has_store_tags_and_original_audio() {
     let (dir, db_path, mut db) = scanned();

@@ -47,14 +47,16 @@ pub fn picture(
             (mime, declared_dims.0, declared_dims.1, declared_dims.2)
         }
     };
+    let art = NewArt {
+        mime,
+        width,
+        height,
+        depth,
+        data,
+    };
     ScannedPicture {
-        art: NewArt {
-            mime,
-            width,
-            height,
-            depth,
-            data,
-        },
+        sha256: art.sha256(),
+        art,
         picture_type: picture_type.min(20),
         description,
     }

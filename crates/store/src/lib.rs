@@ -24,6 +24,6 @@ pub use scanned_dirs::{DirEntry, DirStamp, EntryKind, ScannedDir, ScannedDirs};
 pub use store::{
     add_tag, beside, delete_orphan_art, forget_scanned_dir, forget_scanned_dirs_under, insert_art, link_art,
     move_track, record_failure, remove_art, remove_failure, remove_track, save_scanned_dir, set_art, set_tag,
-    sha256_hex, storage_hint, tracks_with_fingerprint, trim_change_log, write_scanned, PathMap, Result,
-    ScanLock, Store, StoreError, SCHEMA_VERSION,
+    storage_hint, tracks_with_fingerprint, trim_change_log, write_scanned, PathMap, Result, ScanLock, Store,
+    StoreError, SCHEMA_VERSION,
 };

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use sha2::{Digest, Sha256};
+
 /// Container format of a backing file, as stored in `tracks.format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Format {
@@ -111,10 +113,21 @@ pub struct NewArt {
     pub data: Vec<u8>,
 }
 
+impl NewArt {
+    /// The sha256 of the image: its address in the `art` table.
+    pub fn sha256(&self) -> [u8; 32] {
+        Sha256::digest(&self.data).into()
+    }
+}
+
 /// A picture found in a backing file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScannedPicture {
     pub art: NewArt,
+    /// `art.sha256()`, computed once where the picture is read (an image
+    /// of hundreds of kilobytes is hashed in the probe's thread, not again
+    /// by the single writer).
+    pub sha256: [u8; 32],
     pub picture_type: u8,
     pub description: String,
 }

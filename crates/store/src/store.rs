@@ -248,11 +248,6 @@ impl FileSystem {
     }
 }
 
-/// Lower-case hex sha256 of `data`: the address of an art row.
-pub fn sha256_hex(data: &[u8]) -> String {
-    hex::encode(Sha256::digest(data))
-}
-
 /// Backing paths to values, hashed fast: a re-scan looks up every file of
 /// the library in one (paths come from the user's own disk, not from an
 /// adversary choosing hash collisions).
@@ -907,13 +902,27 @@ fn art_link_from_row(r: &rusqlite::Row<'_>, base: usize) -> rusqlite::Result<Art
 
 /// Inserts an image unless one with the same content exists; returns its sha256.
 pub fn insert_art(tx: &Transaction<'_>, art: &NewArt) -> Result<String> {
-    let sha = sha256_hex(&art.data);
+    let sha = hex::encode(art.sha256());
+    insert_art_as(tx, art, &sha)?;
+    Ok(sha)
+}
+
+/// Stores an image under its sha256 (`sha`, hex) unless it is there
+/// already: an album's tracks share a cover, and binding its bytes copies
+/// them even when the insert is ignored.
+fn insert_art_as(tx: &Transaction<'_>, art: &NewArt, sha: &str) -> Result<()> {
+    if tx
+        .prepare_cached("SELECT 1 FROM art WHERE sha256 = ?1")?
+        .exists([sha])?
+    {
+        return Ok(());
+    }
     tx.prepare_cached(
         "INSERT OR IGNORE INTO art (sha256, mime, width, height, depth, data) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?
     .execute(params![sha, art.mime, art.width, art.height, art.depth, art.data])?;
-    Ok(sha)
+    Ok(())
 }
 
 /// Writes what a probe found. With `existing` the row keeps its id (and so
@@ -975,7 +984,8 @@ pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i6
 fn insert_file_tags(tx: &Transaction<'_>, id: i64, t: &ScannedTrack) -> Result<()> {
     insert_tags_of_tagless(tx, id, &t.tags)?;
     for (position, pic) in t.pictures.iter().enumerate() {
-        let sha = insert_art(tx, &pic.art)?;
+        let sha = hex::encode(pic.sha256);
+        insert_art_as(tx, &pic.art, &sha)?;
         tx.prepare_cached(
             "INSERT INTO track_art (track_id, position, art_sha256, picture_type, description) \
              VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -1006,7 +1016,7 @@ pub fn scanned_tags_sha256(t: &ScannedTrack) -> [u8; 32] {
         h.update([p.picture_type]);
         h.update(p.description.as_bytes());
         h.update(b"\0");
-        h.update(Sha256::digest(&p.art.data));
+        h.update(p.sha256);
     }
     h.finalize().into()
 }

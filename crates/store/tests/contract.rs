@@ -552,12 +552,13 @@ fn a_tracks_rows_are_read_and_edited_without_re_preparing_statements() {
     }
     assert_eq!(reprepared(reader.conn()), 0, "reads");
 
+    let sha: String = art.sha256().iter().map(|b| format!("{b:02x}")).collect();
     let tx = db.write().unwrap();
     for &id in &ids {
         store::set_tag(&tx, id, "genre", &["Jazz".into(), "Blues".into()]).unwrap();
         store::add_tag(&tx, id, "artist", &["C".into()]).unwrap();
-        store::link_art(&tx, id, &store::sha256_hex(&art.data), 4).unwrap();
-        store::link_art(&tx, id, &store::sha256_hex(&art.data), 4).unwrap();
+        store::link_art(&tx, id, &sha, 4).unwrap();
+        store::link_art(&tx, id, &sha, 4).unwrap();
     }
     assert_eq!(reprepared(&tx), 0, "edits");
     tx.commit().unwrap();
