@@ -120,8 +120,18 @@ def tiny_flac_parts(work):
             return streaminfo, d[pos:]
 
 
-def make_flac_library(work, n):
-    lib = os.path.join(work, f"flac-{n}")
+def flac_picture(image):
+    """The body of a FLAC PICTURE block: `image` as a 500x500 JPEG front
+    cover (the scan trusts the declared type of bytes it cannot sniff)."""
+    mime = b"image/jpeg"
+    return (struct.pack(">II", 3, len(mime)) + mime + struct.pack(">I", 0)
+            + struct.pack(">IIIII", 500, 500, 24, 0, len(image)) + image)
+
+
+def make_flac_library(work, n, cover=0):
+    """n tiny FLACs, 10 per album; with `cover`, each album's tracks embed
+    one picture of that many bytes (as taggers embed an album's cover)."""
+    lib = os.path.join(work, f"flac-{n}" + (f"-cover-{cover}" if cover else ""))
     if os.path.isdir(lib):
         return lib
     streaminfo, frames = tiny_flac_parts(work)
@@ -132,8 +142,14 @@ def make_flac_library(work, n):
         os.makedirs(d, exist_ok=True)
         comment = vorbis_comment([("ARTIST", f"Artist {artist:05d}"), ("ALBUM", f"Album {artist:05d}"),
                                   ("TITLE", f"Song {i}"), ("TRACKNUMBER", str(track)), ("DATE", "2020")])
-        body = (b"fLaC" + bytes([0]) + len(streaminfo).to_bytes(3, "big") + streaminfo
-                + bytes([0x84]) + len(comment).to_bytes(3, "big") + comment + frames)
+        blocks = [(0, streaminfo), (4, comment)]
+        if cover:
+            blocks.append((6, flac_picture(random.Random(artist).randbytes(cover))))
+        body = b"fLaC"
+        for k, (kind, block) in enumerate(blocks):
+            last = 0x80 if k == len(blocks) - 1 else 0
+            body += bytes([last | kind]) + len(block).to_bytes(3, "big") + block
+        body += frames
         with open(os.path.join(d, f"{track:02d}.flac"), "wb") as f:
             f.write(body)
     os.rename(tmp, lib)
@@ -333,6 +349,10 @@ def row(area, work, ours, direct=None, unit="s", note=""):
 RESCAN_RUNS = 15
 
 
+# Tracks, and bytes of each album's cover, of the library with art.
+COVERED_TRACKS, COVER_BYTES = 2000, 150_000
+
+
 def bench_scan(work, n, runs, mixed=True):
     lib = make_flac_library(work, n)
     firsts, rss = [], []
@@ -366,6 +386,14 @@ def bench_scan(work, n, runs, mixed=True):
         mixed_times.append(scan(mixed, mdb)[0])
     row("scan", "first scan, 200 mixed-format tracks",
         spread(mixed_times))
+    covered = make_flac_library(work, COVERED_TRACKS, cover=COVER_BYTES)
+    covered_times = []
+    for r in range(runs):
+        cdb = os.path.join(work, f"covered-{r}.db")
+        remove_store(cdb)
+        covered_times.append(scan(covered, cdb)[0])
+    row("scan", f"first scan, {COVERED_TRACKS} tiny FLACs, a {COVER_BYTES // 1000} kB cover per album",
+        spread(covered_times), note="each album's 10 tracks embed its cover")
     return lib, db
 
 
