@@ -47,19 +47,18 @@ pub fn parse(b: &[u8]) -> Result<Comments> {
     let mut pictures = Vec::new();
     for _ in 0..count {
         let entry = field(&mut pos, "comment")?;
-        let entry = String::from_utf8_lossy(entry);
-        let Some((name, value)) = entry.split_once('=') else {
+        let Some(eq) = entry.iter().position(|&c| c == b'=') else {
             continue;
         };
-        match name.to_ascii_lowercase().as_str() {
-            "metadata_block_picture" => {
-                if let Some(p) = decode_picture(value) {
-                    pictures.push(p);
-                }
-            }
+        let (name, value) = (&entry[..eq], &entry[eq + 1..]);
+        // A picture's base64 (hundreds of kilobytes) is decoded from the
+        // bytes, never checked as text.
+        if name.eq_ignore_ascii_case(b"metadata_block_picture") {
+            pictures.extend(decode_picture(value));
+        } else if name.eq_ignore_ascii_case(b"coverart") || name.eq_ignore_ascii_case(b"coverartmime") {
             // Legacy unofficial art fields: not tags.
-            "coverart" | "coverartmime" => {}
-            _ => tags.push_native(name, value),
+        } else {
+            tags.push_native(&String::from_utf8_lossy(name), &String::from_utf8_lossy(value));
         }
     }
     Ok(Comments {
@@ -68,9 +67,9 @@ pub fn parse(b: &[u8]) -> Result<Comments> {
     })
 }
 
-fn decode_picture(b64: &str) -> Option<ScannedPicture> {
+fn decode_picture(b64: &[u8]) -> Option<ScannedPicture> {
     let bytes = base64::engine::general_purpose::STANDARD
-        .decode(b64.trim().as_bytes())
+        .decode(b64.trim_ascii())
         .ok()?;
     parse_flac_picture(&bytes).ok()
 }
@@ -125,6 +124,42 @@ mod tests {
         encode(&tags, &mut out);
         assert_eq!(out.len() as u64, encoded_len(&tags));
         assert_eq!(parse(&out).unwrap().tags, tags);
+    }
+
+    /// A comment list of raw entries.
+    fn comment_list(entries: &[&[u8]]) -> Vec<u8> {
+        let mut out = 0u32.to_le_bytes().to_vec();
+        out.extend((entries.len() as u32).to_le_bytes());
+        for e in entries {
+            out.extend((e.len() as u32).to_le_bytes());
+            out.extend_from_slice(e);
+        }
+        out
+    }
+
+    #[test]
+    fn pictures_legacy_art_and_bytes_that_are_not_utf8() {
+        let image = b"\x89PNG\r\n\x1a\n not really".to_vec();
+        let mut block = 3u32.to_be_bytes().to_vec();
+        block.extend(9u32.to_be_bytes());
+        block.extend(b"image/png");
+        block.extend(0u32.to_be_bytes());
+        block.extend([0u8; 16]);
+        block.extend((image.len() as u32).to_be_bytes());
+        block.extend(&image);
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&block);
+        let picture = format!("metadata_block_picture= {b64}\n");
+        let parsed = parse(&comment_list(&[
+            picture.as_bytes(),
+            b"COVERART=aGVsbG8=",
+            b"TITLE=Caf\xe9",
+            b"no separator",
+        ]))
+        .unwrap();
+        assert_eq!(parsed.tags, [("title".to_string(), "Caf\u{fffd}".to_string())]);
+        assert_eq!(parsed.pictures.len(), 1);
+        assert_eq!(parsed.pictures[0].art.data, image);
+        assert_eq!(parsed.pictures[0].picture_type, 3);
     }
 
     #[test]
