@@ -4,9 +4,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use retagfs_formats::{image_info, keys};
+use retagfs_formats::{keys, sniffed_art};
 use retagfs_fuse::mounted::{self, View};
-use retagfs_store::{self as store, NewArt, TrackRow};
+use retagfs_store::{self as store, TrackRow};
 
 use crate::args::{ArtAction, ArtArgs, TagAction, TagArgs};
 use crate::UsageError;
@@ -275,19 +275,12 @@ pub fn art(a: ArtArgs) -> anyhow::Result<()> {
         } => {
             let t = picture_type(&t)?;
             let data = std::fs::read(&image).with_context(|| format!("reading {}", image.display()))?;
-            let (mime, width, height, depth) = image_info(&data).ok_or_else(|| {
+            let art = sniffed_art(data).map_err(|_| {
                 UsageError(format!(
                     "{} is not a JPEG, PNG, GIF, BMP or WebP image",
                     image.display()
                 ))
             })?;
-            let art = NewArt {
-                mime,
-                width,
-                height,
-                depth,
-                data,
-            };
             let tx = db.write()?;
             let sha = store::insert_art(&tx, &art)?;
             for track in &tracks {

@@ -32,7 +32,7 @@ pub use error::ProbeError;
 pub use id3_tag::Id3Version;
 pub use layout::SegmentSource;
 pub use layout::{Layout, Segment};
-pub use picture::image_info;
+pub use picture::sniffed_art;
 pub use probe::{probe, Probe};
 pub use retagfs_store::Format;
 pub use sniff::{format_mismatch, sniff};

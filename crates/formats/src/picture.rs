@@ -35,30 +35,42 @@ pub fn picture(
     description: String,
     declared_dims: (u32, u32, u32),
 ) -> ScannedPicture {
-    let (mime, width, height, depth) = match image_info(&data) {
-        Some(info) => info,
-        None => {
-            let mime = match declared_mime.to_ascii_lowercase().as_str() {
-                "" => "application/octet-stream".to_string(),
-                "jpg" | "image/jpg" => "image/jpeg".to_string(),
-                "png" => "image/png".to_string(),
-                m => m.to_string(),
-            };
-            (mime, declared_dims.0, declared_dims.1, declared_dims.2)
+    let art = sniffed_art(data).unwrap_or_else(|data| {
+        let mime = match declared_mime.to_ascii_lowercase().as_str() {
+            "" => "application/octet-stream".to_string(),
+            "jpg" | "image/jpg" => "image/jpeg".to_string(),
+            "png" => "image/png".to_string(),
+            m => m.to_string(),
+        };
+        let (width, height, depth) = declared_dims;
+        NewArt {
+            mime,
+            width,
+            height,
+            depth,
+            data,
         }
-    };
-    let art = NewArt {
-        mime,
-        width,
-        height,
-        depth,
-        data,
-    };
+    });
     ScannedPicture {
         sha256: art.sha256(),
         art,
         picture_type: picture_type.min(20),
         description,
+    }
+}
+
+/// An image to store, its type and dimensions read from its bytes; the
+/// bytes back when they are not a JPEG, PNG, GIF, BMP or WebP image.
+pub fn sniffed_art(data: Vec<u8>) -> std::result::Result<NewArt, Vec<u8>> {
+    match image_info(&data) {
+        Some((mime, width, height, depth)) => Ok(NewArt {
+            mime,
+            width,
+            height,
+            depth,
+            data,
+        }),
+        None => Err(data),
     }
 }
 
