@@ -6,7 +6,8 @@ directly on the backing files in the same run, as a ratio:
 
   scan      first scan and re-scan of 20k tiny FLACs (2,000 artists x 10
             tracks), the scan of them moved to another path, first scan
-            of 200 mixed-format tracks; peak RSS
+            of 200 mixed-format tracks and of 2,000 tiny FLACs with covers
+            or with long lyrics; peak RSS
   mount     mount to the end of the first `ls` of the root
   walk      `find -type f` over the mount, first and repeated
   stat      stat of every file on a fresh mount; daemon RSS afterwards
@@ -128,10 +129,13 @@ def flac_picture(image):
             + struct.pack(">IIIII", 500, 500, 24, 0, len(image)) + image)
 
 
-def make_flac_library(work, n, cover=0):
+def make_flac_library(work, n, cover=0, lyrics=0):
     """n tiny FLACs, 10 per album; with `cover`, each album's tracks embed
-    one picture of that many bytes (as taggers embed an album's cover)."""
-    lib = os.path.join(work, f"flac-{n}" + (f"-cover-{cover}" if cover else ""))
+    one picture of that many bytes (as taggers embed an album's cover);
+    with `lyrics`, each album's first track carries lyrics of that many
+    bytes."""
+    lib = os.path.join(work, f"flac-{n}" + (f"-cover-{cover}" if cover else "")
+                       + (f"-lyrics-{lyrics}" if lyrics else ""))
     if os.path.isdir(lib):
         return lib
     streaminfo, frames = tiny_flac_parts(work)
@@ -140,8 +144,11 @@ def make_flac_library(work, n, cover=0):
         artist, track = i // 10, i % 10 + 1
         d = os.path.join(tmp, f"Artist {artist:05d}", f"Album {artist:05d}")
         os.makedirs(d, exist_ok=True)
-        comment = vorbis_comment([("ARTIST", f"Artist {artist:05d}"), ("ALBUM", f"Album {artist:05d}"),
-                                  ("TITLE", f"Song {i}"), ("TRACKNUMBER", str(track)), ("DATE", "2020")])
+        fields = [("ARTIST", f"Artist {artist:05d}"), ("ALBUM", f"Album {artist:05d}"),
+                  ("TITLE", f"Song {i}"), ("TRACKNUMBER", str(track)), ("DATE", "2020")]
+        if lyrics and track == 1:
+            fields.append(("LYRICS", lyrics_text(artist, lyrics)))
+        comment = vorbis_comment(fields)
         blocks = [(0, streaminfo), (4, comment)]
         if cover:
             blocks.append((6, flac_picture(random.Random(artist).randbytes(cover))))
@@ -154,6 +161,18 @@ def make_flac_library(work, n, cover=0):
             f.write(body)
     os.rename(tmp, lib)
     return lib
+
+
+def lyrics_text(seed, size):
+    """`size` bytes of lines of words, as lyrics look."""
+    rnd = random.Random(seed)
+    words = ("love", "night", "heart", "road", "light", "rain", "home", "fire", "time", "gone")
+    lines, length = [], 0
+    while length < size:
+        line = " ".join(rnd.choice(words) for _ in range(rnd.randint(4, 9)))
+        lines.append(line)
+        length += len(line) + 1
+    return "\n".join(lines)[:size]
 
 
 def make_mixed_library(work, n=200):
@@ -351,6 +370,7 @@ RESCAN_RUNS = 15
 
 # Tracks, and bytes of each album's cover, of the library with art.
 COVERED_TRACKS, COVER_BYTES = 2000, 150_000
+LYRICS_TRACKS, LYRICS_BYTES = 2000, 80_000
 
 
 def bench_scan(work, n, runs, mixed=True):
@@ -394,6 +414,14 @@ def bench_scan(work, n, runs, mixed=True):
         covered_times.append(scan(covered, cdb)[0])
     row("scan", f"first scan, {COVERED_TRACKS} tiny FLACs, a {COVER_BYTES // 1000} kB cover per album",
         spread(covered_times), note="each album's 10 tracks embed its cover")
+    sung = make_flac_library(work, LYRICS_TRACKS, lyrics=LYRICS_BYTES)
+    sung_times = []
+    for r in range(runs):
+        ldb = os.path.join(work, f"lyrics-{r}.db")
+        remove_store(ldb)
+        sung_times.append(scan(sung, ldb)[0])
+    row("scan", f"first scan, {LYRICS_TRACKS} tiny FLACs, {LYRICS_BYTES // 1000} kB lyrics on every tenth",
+        spread(sung_times), note="each album's first track carries long lyrics")
     return lib, db
 
 

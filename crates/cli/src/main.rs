@@ -93,7 +93,10 @@ fn init_logging(verbose: u8) {
 
 /// SQLite allocates with the C library's `malloc`, which alone on its heap
 /// would shrink and grow the heap by a system call at a time (60,000 `brk`
-/// calls in a first scan of 20k files): keep freed memory for reuse.
+/// calls in a first scan of 20k files): keep freed memory for reuse. A
+/// statement journal's memory comes in one piece of
+/// [`retagfs_store::STATEMENT_JOURNAL_IN_MEMORY`]: from the heap too, not
+/// a map of its own per statement.
 fn keep_c_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator tunables; called before any
@@ -101,6 +104,10 @@ fn keep_c_heap() {
     unsafe {
         libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
         libc::mallopt(libc::M_TOP_PAD, 4 << 20);
+        libc::mallopt(
+            libc::M_MMAP_THRESHOLD,
+            (2 * retagfs_store::STATEMENT_JOURNAL_IN_MEMORY) as libc::c_int,
+        );
     }
 }
 
@@ -108,6 +115,10 @@ fn main() -> ExitCode {
     keep_c_heap();
     let cli = Cli::parse();
     init_logging(cli.verbose);
+    // SAFETY: no other thread exists yet, and SQLite has not been used.
+    if !unsafe { retagfs_store::configure_sqlite() } {
+        tracing::debug!("SQLite kept its default statement journal size");
+    }
     let db = cli.command.db().map(Path::to_path_buf);
     let result = match cli.command {
         Command::Scan(a) => scan::run(a),

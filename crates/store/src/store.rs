@@ -33,6 +33,37 @@ const REPROBE: &str = "scanned before retagfs synthesized this format: run `reta
 /// How long a writer waits for another writer before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Largest statement journal kept in memory ([`configure_sqlite`]).
+pub const STATEMENT_JOURNAL_IN_MEMORY: usize = 1 << 20;
+
+/// Process-wide SQLite settings; false if SQLite refused them (it was in
+/// use already), which costs only speed.
+///
+/// A write statement inside a transaction keeps a statement journal (the
+/// pages it changed, to undo it alone if it fails); the change-log
+/// triggers make every write statement need one. SQLite moves a journal
+/// of more than 64 KiB to a temporary file, and every later statement of
+/// that transaction then journals through the file: a first scan of
+/// 20,000 tracks, some with 76 kB of lyrics, wrote 1.8 GB to `/var/tmp`
+/// that way. Kept in memory up to 1 MiB (SQLite takes it in one piece),
+/// that scan took a quarter less time.
+///
+/// # Safety
+///
+/// No SQLite function may run on another thread meanwhile (SQLite's
+/// configuration is not thread-safe): call it first thing in `main`.
+pub unsafe fn configure_sqlite() -> bool {
+    // SAFETY: the caller guarantees that no other thread uses SQLite; the
+    // option takes one int, as passed.
+    let rc = unsafe {
+        rusqlite::ffi::sqlite3_config(
+            rusqlite::ffi::SQLITE_CONFIG_STMTJRNL_SPILL,
+            STATEMENT_JOURNAL_IN_MEMORY as std::os::raw::c_int,
+        )
+    };
+    rc == rusqlite::ffi::SQLITE_OK
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("{path}: {source}")]
