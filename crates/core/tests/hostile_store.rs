@@ -172,6 +172,28 @@ fn keys_with_control_or_non_ascii_characters() {
     }
 }
 
+/// SQLite keeps any bytes as text, or a blob where text belongs: such a
+/// tag value is served with U+FFFD in place of its bad bytes (the store
+/// still loads, the track is served), and a key so written is passed over
+/// or fails the file alone.
+#[test]
+fn tag_values_and_keys_that_are_not_utf8() {
+    for format in Format::ALL {
+        for value in ["CAST(x'41ff42' AS TEXT)", "x'41ff42'"] {
+            let lie = format!(
+                "INSERT INTO tags (track_id, key, position, value) VALUES (?1, 'comment', 99, {value})"
+            );
+            assert_carries(after_lie(format, &lie), "comment", "A\u{fffd}B");
+        }
+        let lie = "INSERT INTO tags (track_id, key, position, value) \
+                   VALUES (?1, CAST(x'6bff' AS TEXT), 0, 'v')";
+        if let Ok(bytes) = after_lie(format, lie) {
+            probe(&Source::new(&bytes as &dyn ReadAt, bytes.len() as u64))
+                .unwrap_or_else(|e| panic!("{format:?} with a key that is not UTF-8: does not probe: {e}"));
+        }
+    }
+}
+
 #[test]
 fn store_from_a_newer_retagfs_is_refused_with_a_reason() {
     let (_dir, db_path) = scanned();
