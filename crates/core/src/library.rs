@@ -177,17 +177,7 @@ fn placement(config: &ViewConfig, b: &TrackBundle) -> Placement {
 
 /// One track's placement read from the store, `None` once it is gone.
 fn load_placement(store: &Store, config: &ViewConfig, id: i64) -> retagfs_store::Result<Option<Placement>> {
-    let Some(track) = store.track(id)? else {
-        return Ok(None);
-    };
-    let bundle = TrackBundle {
-        track,
-        tags: store.tags(id)?,
-        art: store.art_links(id)?,
-        flac_block_lens: store.flac_block_lengths(id)?,
-        parts: store.backing_parts(id)?,
-    };
-    Ok(Some(placement(config, &bundle)))
+    Ok(store.track_bundle(id)?.map(|bundle| placement(config, &bundle)))
 }
 
 /// Changed tracks beyond which a refresh reloads everything in bulk.

@@ -194,6 +194,56 @@ fn tag_values_and_keys_that_are_not_utf8() {
     }
 }
 
+/// Scanner columns a tool garbled: the track fails alone (its backing
+/// path not UTF-8: no such file) or is left out of the view (a format or
+/// part kind this retagfs does not know), and the store still loads.
+#[test]
+fn scanner_rows_that_do_not_decode() {
+    let garbled_path = "UPDATE tracks SET backing_path = CAST(x'2f41ff2e666c6163' AS TEXT) WHERE id = ?1";
+    for format in Format::ALL {
+        let err = after_lie(format, garbled_path).expect_err("served a file that is not there");
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{format:?}: {err}");
+        let err = after_lie(format, "UPDATE tracks SET format = 'aiff' WHERE id = ?1").expect_err("served");
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{format:?}: {err}");
+    }
+    for format in [Format::Vorbis, Format::Mp4, Format::Wav] {
+        let lie = "UPDATE backing_parts SET kind = 'riddle' WHERE track_id = ?1";
+        let err = after_lie(format, lie).expect_err("served");
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{format:?}: {err}");
+    }
+}
+
+/// Such a row written while the view is up: the refresh leaves that track
+/// out and goes on, and later edits still show.
+#[test]
+fn a_refresh_passes_over_a_track_whose_rows_do_not_decode() {
+    let (_dir, db_path) = scanned();
+    let lib = load(&db_path);
+    let db = Store::open(&db_path).unwrap();
+    let tracks = db.tracks().unwrap();
+    let (bad, good) = (tracks[0].id, tracks[1].id);
+    db.conn()
+        .execute_batch("PRAGMA ignore_check_constraints = ON")
+        .unwrap();
+    db.conn()
+        .execute("UPDATE tracks SET format = 'aiff' WHERE id = ?1", [bad])
+        .unwrap();
+    lib.refresh().expect("the refresh goes on");
+    match lib.open(file_ino(bad)) {
+        Ok(_) => panic!("a track whose format does not decode is served"),
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}"),
+    }
+    db.conn()
+        .execute(
+            "INSERT INTO tags (track_id, key, position, value) VALUES (?1, 'comment', 50, 'Fresh')",
+            [good],
+        )
+        .unwrap();
+    lib.refresh().expect("refreshed");
+    let mut served = serve_all(&lib, &[good]);
+    assert_carries(served.remove(&good).unwrap(), "comment", "Fresh");
+}
+
 #[test]
 fn store_from_a_newer_retagfs_is_refused_with_a_reason() {
     let (_dir, db_path) = scanned();

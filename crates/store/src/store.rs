@@ -717,28 +717,75 @@ impl Store {
         let mut parts = self.conn.prepare(
             "SELECT track_id, kind, offset, length FROM backing_parts ORDER BY track_id, position",
         )?;
-        let mut tags = ByTrack::new(&mut tags, |r| {
-            let id = r.get(0)?;
-            Ok((id, (text(r, 1, id)?, text(r, 2, id)?)))
-        })?;
-        let mut art = ByTrack::new(&mut art, |r| Ok((r.get(0)?, art_link_from_row(r, 1)?)))?;
-        let mut blocks = ByTrack::new(&mut blocks, |r| {
-            Ok((r.get(0)?, (r.get(1)?, r.get::<_, i64>(2)? as u64)))
-        })?;
-        let mut parts = ByTrack::new(&mut parts, part_from_row)?;
+        let mut tags = ByTrack::new(&mut tags, |r, id| Ok((text(r, 1, id)?, text(r, 2, id)?)))?;
+        let mut art = ByTrack::new(&mut art, |r, _| art_link_from_row(r, 1))?;
+        let mut blocks = ByTrack::new(&mut blocks, |r, _| Ok((r.get(1)?, r.get::<_, i64>(2)? as u64)))?;
+        let mut parts = ByTrack::new(&mut parts, |r, _| part_from_row(r).map(|(_, p)| p))?;
         let mut rows = tracks.query([])?;
         while let Some(r) = rows.next()? {
-            let track = track_from_row(r)?;
-            let id = track.id;
-            f(TrackBundle {
-                track,
-                tags: tags.take(id)?,
-                art: art.take(id)?,
-                flac_block_lens: blocks.take(id)?,
-                parts: parts.take(id)?,
-            });
+            let id: i64 = r.get(0)?;
+            // Each query is passed over this track's rows whatever fails.
+            let bundle = (
+                track_from_row(r),
+                tags.take(id)?,
+                art.take(id)?,
+                blocks.take(id)?,
+                parts.take(id)?,
+            );
+            match bundle {
+                (Ok(track), Ok(tags), Ok(art), Ok(flac_block_lens), Ok(parts)) => f(TrackBundle {
+                    track,
+                    tags,
+                    art,
+                    flac_block_lens,
+                    parts,
+                }),
+                (track, tags, art, blocks, parts) => {
+                    let e = (track.err())
+                        .or(tags.err())
+                        .or(art.err())
+                        .or(blocks.err())
+                        .or(parts.err());
+                    if let Some(e) = e {
+                        left_out(id, &e);
+                    }
+                }
+            }
         }
         Ok(())
+    }
+
+    /// One track as [`Store::for_each_track`] gives it (its links to art
+    /// the art table lacks left out); None if it is gone, or left out
+    /// because its rows do not decode.
+    pub fn track_bundle(&self, id: i64) -> Result<Option<TrackBundle>> {
+        let read = || -> Result<Option<TrackBundle>> {
+            let Some(track) = self.track(id)? else {
+                return Ok(None);
+            };
+            let art = self
+                .conn
+                .prepare_cached(&format!(
+                    "SELECT {ART_LINK_COLUMNS} FROM track_art l JOIN art a ON a.sha256 = l.art_sha256 \
+                     WHERE l.track_id = +?1 ORDER BY l.position"
+                ))?
+                .query_map([id], |r| art_link_from_row(r, 1))?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(Some(TrackBundle {
+                track,
+                tags: self.tags(id)?,
+                art,
+                flac_block_lens: self.flac_block_lengths(id)?,
+                parts: self.backing_parts(id)?,
+            }))
+        };
+        match read() {
+            Err(StoreError::Sql(e)) if does_not_decode(&e) => {
+                left_out(id, &e);
+                Ok(None)
+            }
+            other => other,
+        }
     }
 
     // A track's rows are selected with `track_id = +?1`: SQLite (built
@@ -854,16 +901,35 @@ fn text(r: &rusqlite::Row<'_>, i: usize, track_id: i64) -> rusqlite::Result<Stri
     Ok(String::from_utf8_lossy(bytes).into_owned())
 }
 
+/// Whether a value read did not decode: a row a tool wrote past the
+/// schema's checks (an unknown format or part kind, a number where text
+/// belongs), which affects its track alone.
+fn does_not_decode(e: &rusqlite::Error) -> bool {
+    matches!(
+        e,
+        rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..)
+    )
+}
+
+/// A track whose rows do not decode is left out of the view, and said so.
+fn left_out(id: i64, e: &rusqlite::Error) {
+    tracing::warn!("track {id}: its rows in the store do not decode ({e}): left out of the view");
+}
+
+/// The rows of one query ordered by track id (its first column), taken a
+/// track at a time; `decode` reads a row's other columns.
 struct ByTrack<'s, T> {
     rows: rusqlite::Rows<'s>,
-    decode: fn(&rusqlite::Row<'_>) -> rusqlite::Result<(i64, T)>,
-    next: Option<(i64, T)>,
+    decode: fn(&rusqlite::Row<'_>, i64) -> rusqlite::Result<T>,
+    next: Option<(i64, rusqlite::Result<T>)>,
 }
 
 impl<'s, T> ByTrack<'s, T> {
     fn new(
         stmt: &'s mut rusqlite::Statement<'_>,
-        decode: fn(&rusqlite::Row<'_>) -> rusqlite::Result<(i64, T)>,
+        decode: fn(&rusqlite::Row<'_>, i64) -> rusqlite::Result<T>,
     ) -> Result<Self> {
         let mut by_track = ByTrack {
             rows: stmt.query([])?,
@@ -876,23 +942,32 @@ impl<'s, T> ByTrack<'s, T> {
 
     fn advance(&mut self) -> Result<()> {
         self.next = match self.rows.next()? {
-            Some(r) => Some((self.decode)(r)?),
+            Some(r) => {
+                let id = r.get(0)?;
+                Some((id, (self.decode)(r, id)))
+            }
             None => None,
         };
         Ok(())
     }
 
-    /// The rows of track `id`; rows of lower ids (a track deleted with
-    /// foreign keys off) are passed over.
-    fn take(&mut self, id: i64) -> Result<Vec<T>> {
-        let mut out = Vec::new();
+    /// The rows of track `id`, or the first of them that did not decode
+    /// (the rest are passed over all the same); rows of lower ids (a track
+    /// deleted with foreign keys off) are passed over.
+    fn take(&mut self, id: i64) -> Result<rusqlite::Result<Vec<T>>> {
+        let mut out = Ok(Vec::new());
         while let Some((track_id, _)) = &self.next {
             if *track_id > id {
                 break;
             }
             let (track_id, value) = self.next.take().expect("checked above");
             if track_id == id {
-                out.push(value);
+                if let Ok(values) = &mut out {
+                    match value {
+                        Ok(v) => values.push(v),
+                        Err(e) => out = Err(e),
+                    }
+                }
             }
             self.advance()?;
         }
@@ -904,13 +979,14 @@ const TRACK_COLUMNS: &str = "id, backing_path, format, audio_offset, audio_lengt
                              file_size, mtime_ns, ctime_ns, content_version, passthrough";
 
 fn track_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackRow> {
-    let format: String = r.get(2)?;
+    let id = r.get(0)?;
+    let format = text(r, 2, id)?;
     let format = format
         .parse::<Format>()
         .map_err(|e| rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Text, e.into()))?;
     Ok(TrackRow {
-        id: r.get(0)?,
-        backing_path: r.get(1)?,
+        id,
+        backing_path: text(r, 1, id)?,
         format,
         audio_offset: r.get::<_, i64>(3)? as u64,
         audio_length: r.get::<_, i64>(4)? as u64,
@@ -920,7 +996,10 @@ fn track_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackRow> {
             ctime_ns: r.get(7)?,
         },
         content_version: r.get(8)?,
-        passthrough: r.get(9)?,
+        passthrough: match r.get_ref(9)? {
+            ValueRef::Null => None,
+            _ => Some(text(r, 9, id)?),
+        },
     })
 }
 
