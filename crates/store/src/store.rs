@@ -895,7 +895,7 @@ fn text(r: &rusqlite::Row<'_>, i: usize, track_id: i64) -> rusqlite::Result<Stri
         return Ok(text.to_owned());
     }
     tracing::warn!(
-        "track {track_id}: its {} in the store is not UTF-8: served with U+FFFD in place of the bytes that are not",
+        "track {track_id}: its {} in the store is not UTF-8: read with U+FFFD in place of the bytes that are not",
         r.as_ref().column_name(i).unwrap_or("text")
     );
     Ok(String::from_utf8_lossy(bytes).into_owned())
