@@ -373,6 +373,16 @@ COVERED_TRACKS, COVER_BYTES = 2000, 150_000
 LYRICS_TRACKS, LYRICS_BYTES = 2000, 80_000
 
 
+def first_scans(work, lib, name, runs):
+    """Spread of `runs` first scans of `lib`, each into a new store."""
+    times = []
+    for r in range(runs):
+        db = os.path.join(work, f"{name}-{r}.db")
+        remove_store(db)
+        times.append(scan(lib, db)[0])
+    return spread(times)
+
+
 def bench_scan(work, n, runs, mixed=True):
     lib = make_flac_library(work, n)
     firsts, rss = [], []
@@ -398,30 +408,13 @@ def bench_scan(work, n, runs, mixed=True):
         note="every track found moved (one recording: the worst case)")
     if not mixed:
         return lib, db
-    mixed = make_mixed_library(work)
-    mixed_times = []
-    for r in range(runs):
-        mdb = os.path.join(work, f"mixed-{r}.db")
-        remove_store(mdb)
-        mixed_times.append(scan(mixed, mdb)[0])
-    row("scan", "first scan, 200 mixed-format tracks",
-        spread(mixed_times))
+    row("scan", "first scan, 200 mixed-format tracks", first_scans(work, make_mixed_library(work), "mixed", runs))
     covered = make_flac_library(work, COVERED_TRACKS, cover=COVER_BYTES)
-    covered_times = []
-    for r in range(runs):
-        cdb = os.path.join(work, f"covered-{r}.db")
-        remove_store(cdb)
-        covered_times.append(scan(covered, cdb)[0])
     row("scan", f"first scan, {COVERED_TRACKS} tiny FLACs, a {COVER_BYTES // 1000} kB cover per album",
-        spread(covered_times), note="each album's 10 tracks embed its cover")
+        first_scans(work, covered, "covered", runs), note="each album's 10 tracks embed its cover")
     sung = make_flac_library(work, LYRICS_TRACKS, lyrics=LYRICS_BYTES)
-    sung_times = []
-    for r in range(runs):
-        ldb = os.path.join(work, f"lyrics-{r}.db")
-        remove_store(ldb)
-        sung_times.append(scan(sung, ldb)[0])
     row("scan", f"first scan, {LYRICS_TRACKS} tiny FLACs, {LYRICS_BYTES // 1000} kB lyrics on every tenth",
-        spread(sung_times), note="each album's first track carries long lyrics")
+        first_scans(work, sung, "lyrics", runs), note="each album's first track carries long lyrics")
     return lib, db
 
 

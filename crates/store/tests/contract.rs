@@ -1,34 +1,13 @@
 //! The store's contract: triggers version and log every edit, CHECK
 //! constraints reject malformed rows, newer stores are refused.
 
+mod common;
+
+use common::track;
 use retagfs_store::{
     self as store, BackingPart, DirStamp, Fingerprint, Format, NewArt, PartKind, ScanLock, ScannedDir,
-    ScannedTrack, Stamps, Store, StoreError,
+    ScannedTrack, Store, StoreError,
 };
-
-fn track(path: &str) -> ScannedTrack {
-    ScannedTrack {
-        backing_path: path.into(),
-        format: Format::Flac,
-        audio_offset: 10,
-        audio_length: 90,
-        stamps: Stamps {
-            size: 100,
-            mtime_ns: 1,
-            ctime_ns: 1,
-        },
-        fingerprint: None,
-        tags: vec![
-            ("title".into(), "T".into()),
-            ("artist".into(), "A".into()),
-            ("artist".into(), "B".into()),
-        ],
-        pictures: vec![],
-        flac_blocks: vec![(0, vec![0; 34])],
-        parts: vec![],
-        passthrough: None,
-    }
-}
 
 /// A picture's row (its bytes need not be an image).
 fn tiny_png() -> NewArt {

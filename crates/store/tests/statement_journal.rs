@@ -3,31 +3,19 @@
 //! A test binary of its own, as SQLite's configuration must come before
 //! SQLite is used in the process.
 
+mod common;
+
 use std::path::Path;
 
-use retagfs_store::{self as store, configure_sqlite, Format, ScannedTrack, Stamps, Store};
+use retagfs_store::{self as store, configure_sqlite, ScannedTrack, Store};
 
 /// A track with 200 kB of lyrics: writing it journals more than SQLite's
 /// default 64 KiB.
 fn track_with_lyrics(i: usize) -> ScannedTrack {
     let lyrics = format!("line {i} of a song that goes on\n").repeat(200_000 / 32);
-    ScannedTrack {
-        backing_path: format!("/m/{i}.flac"),
-        format: Format::Flac,
-        audio_offset: 10,
-        audio_length: 90,
-        stamps: Stamps {
-            size: 100,
-            mtime_ns: 1,
-            ctime_ns: 1,
-        },
-        fingerprint: None,
-        tags: vec![("title".into(), format!("Song {i}")), ("lyrics".into(), lyrics)],
-        pictures: vec![],
-        flac_blocks: vec![(0, vec![0; 34])],
-        parts: vec![],
-        passthrough: None,
-    }
+    let mut track = common::track(&format!("/m/{i}.flac"));
+    track.tags = vec![("title".into(), format!("Song {i}")), ("lyrics".into(), lyrics)];
+    track
 }
 
 /// Descriptors of this process open on files in `dir` (a temporary file
