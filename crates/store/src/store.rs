@@ -741,7 +741,8 @@ impl Store {
                     parts,
                 }),
                 (track, tags, art, blocks, parts) => {
-                    let e = (track.err())
+                    let e = track
+                        .err()
                         .or(tags.err())
                         .or(art.err())
                         .or(blocks.err())
@@ -877,8 +878,6 @@ impl Store {
     }
 }
 
-/// The rows of a table that holds several rows per track, read in track
-/// id order beside `tracks`.
 /// Column `i` of a row of track `track_id`, a text value, as a `String`.
 /// Tag values (lyrics of tens of kB among them) are most of what a mount
 /// reads, and checking them as UTF-8 one byte at a time took a fifth of a
@@ -918,8 +917,9 @@ fn left_out(id: i64, e: &rusqlite::Error) {
     tracing::warn!("track {id}: its rows in the store do not decode ({e}): left out of the view");
 }
 
-/// The rows of one query ordered by track id (its first column), taken a
-/// track at a time; `decode` reads a row's other columns.
+/// The rows of a table that holds several rows per track, read in track
+/// id order (its first column) beside `tracks`, a track at a time;
+/// `decode` reads a row's other columns.
 struct ByTrack<'s, T> {
     rows: rusqlite::Rows<'s>,
     decode: fn(&rusqlite::Row<'_>, i64) -> rusqlite::Result<T>,
