@@ -244,6 +244,32 @@ fn a_refresh_passes_over_a_track_whose_rows_do_not_decode() {
     assert_carries(served.remove(&good).unwrap(), "comment", "Fresh");
 }
 
+/// A backing path a tool garbled into bytes that are not UTF-8: a full
+/// scan finds the file and moves the track back to it (it used to fail).
+#[test]
+fn a_full_scan_mends_a_garbled_backing_path() {
+    let (dir, db_path) = scanned();
+    let mut db = Store::open(&db_path).unwrap();
+    let target = db.tracks().unwrap()[0].clone();
+    db.conn()
+        .execute_batch("PRAGMA ignore_check_constraints = ON")
+        .unwrap();
+    db.conn()
+        .execute(
+            "UPDATE tracks SET backing_path = CAST(x'2f41ff2e666c6163' AS TEXT) WHERE id = ?1",
+            [target.id],
+        )
+        .unwrap();
+    let mut options = ScanOptions::new(vec![dir.path().to_path_buf()], 2);
+    options.full = true;
+    let summary = scan(&mut db, &options, &|_| {}).unwrap();
+    assert_eq!((summary.moved, summary.added), (1, 0));
+    assert_eq!(
+        db.track(target.id).unwrap().unwrap().backing_path,
+        target.backing_path
+    );
+}
+
 #[test]
 fn store_from_a_newer_retagfs_is_refused_with_a_reason() {
     let (_dir, db_path) = scanned();

@@ -591,11 +591,18 @@ impl Store {
                 mtime_ns: r.get(3)?,
                 ctime_ns: r.get(4)?,
             };
-            let path = r.get_ref(0)?;
-            let path = path
-                .as_str()
-                .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, path.data_type(), Box::new(e)))?;
-            known.push(path, (r.get(1)?, stamps));
+            let id = r.get(1)?;
+            // A path garbled by a tool matches no file: its track is gone,
+            // and found moved if its file is seen.
+            let path = match r.get_ref(0)? {
+                ValueRef::Text(path) => simdutf8::basic::from_utf8(path).ok().map(Cow::Borrowed),
+                _ => None,
+            };
+            let path = match path {
+                Some(path) => path,
+                None => Cow::Owned(text(r, 0, id)?),
+            };
+            known.push(&path, (id, stamps));
         }
         Ok(KnownStamps(known))
     }
@@ -1259,7 +1266,10 @@ pub fn tracks_with_fingerprint(
         ),
     };
     let mut stmt = tx.prepare_cached(sql)?;
-    let rows = stmt.query_map([&bytes[..]], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let rows = stmt.query_map([&bytes[..]], |r| {
+        let id = r.get(0)?;
+        Ok((id, text(r, 1, id)?))
+    })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
