@@ -594,15 +594,7 @@ impl Store {
             let id = r.get(1)?;
             // A path garbled by a tool matches no file: its track is gone,
             // and found moved if its file is seen.
-            let path = match r.get_ref(0)? {
-                ValueRef::Text(path) => simdutf8::basic::from_utf8(path).ok().map(Cow::Borrowed),
-                _ => None,
-            };
-            let path = match path {
-                Some(path) => path,
-                None => Cow::Owned(text(r, 0, id)?),
-            };
-            known.push(&path, (id, stamps));
+            known.push(&text_ref(r, 0, id)?, (id, stamps));
         }
         Ok(KnownStamps(known))
     }
@@ -893,18 +885,23 @@ impl Store {
 /// with U+FFFD in place of its bad bytes, and logged, so that the track is
 /// served and the rest of the store still loads.
 fn text(r: &rusqlite::Row<'_>, i: usize, track_id: i64) -> rusqlite::Result<String> {
+    text_ref(r, i, track_id).map(Cow::into_owned)
+}
+
+/// [`text`] borrowed from the row when it is UTF-8.
+fn text_ref<'r>(r: &'r rusqlite::Row<'_>, i: usize, track_id: i64) -> rusqlite::Result<Cow<'r, str>> {
     let bytes = match r.get_ref(i)? {
         ValueRef::Text(bytes) | ValueRef::Blob(bytes) => bytes,
-        _ => return r.get(i),
+        _ => return r.get(i).map(Cow::Owned),
     };
     if let Ok(text) = simdutf8::basic::from_utf8(bytes) {
-        return Ok(text.to_owned());
+        return Ok(Cow::Borrowed(text));
     }
     tracing::warn!(
         "track {track_id}: its {} in the store is not UTF-8: read with U+FFFD in place of the bytes that are not",
         r.as_ref().column_name(i).unwrap_or("text")
     );
-    Ok(String::from_utf8_lossy(bytes).into_owned())
+    Ok(String::from_utf8_lossy(bytes))
 }
 
 /// Whether a value read did not decode: a row a tool wrote past the
