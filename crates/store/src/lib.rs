@@ -15,7 +15,7 @@ mod store;
 
 pub use model::{
     ArtLink, BackingPart, Fingerprint, Format, NewArt, PartKind, ScannedPicture, ScannedTrack, Stamps,
-    TrackBundle, TrackRow,
+    SynthesisRows, TrackBundle, TrackRow,
 };
 pub use path_table::{KnownStamps, PathTable};
 pub use path_text::{bytes_to_text, path_to_text, text_for_display, text_to_path};

@@ -103,6 +103,19 @@ pub struct TrackBundle {
     pub parts: Vec<BackingPart>,
 }
 
+/// What synthesizing a track's served file reads from the store besides
+/// its row ([`crate::Store::synthesis_rows`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SynthesisRows {
+    /// (key, value), ordered by key, then position.
+    pub tags: Vec<(String, String)>,
+    /// Pictures, in order, without their bytes.
+    pub art: Vec<ArtLink>,
+    /// (type, body) of its FLAC blocks, in order.
+    pub flac_blocks: Vec<(u8, Vec<u8>)>,
+    pub parts: Vec<BackingPart>,
+}
+
 /// An image to store, addressed by the sha256 of its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewArt {

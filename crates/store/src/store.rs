@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -10,7 +11,8 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
 use sha2::{Digest, Sha256};
 
 use crate::model::{
-    ArtLink, BackingPart, Fingerprint, Format, NewArt, PartKind, ScannedTrack, Stamps, TrackBundle, TrackRow,
+    ArtLink, BackingPart, Fingerprint, Format, NewArt, PartKind, ScannedTrack, Stamps, SynthesisRows,
+    TrackBundle, TrackRow,
 };
 use crate::path_table::{KnownStamps, PathTable};
 use crate::scanned_dirs::{DirStamp, ScannedDir, ScannedDirs};
@@ -503,9 +505,9 @@ impl Store {
     /// Runs `f` inside one read transaction, so everything it reads comes
     /// from the same committed state.
     pub fn read_snapshot<T>(&self, f: impl FnOnce(&Store) -> Result<T>) -> Result<T> {
-        let tx = self.conn.unchecked_transaction()?;
+        let snapshot = ReadTransaction::begin(&self.conn)?;
         let out = f(self)?;
-        tx.commit()?;
+        snapshot.end()?;
         Ok(out)
     }
 
@@ -788,6 +790,86 @@ impl Store {
         }
     }
 
+    /// What synthesizing a track reads besides its row. Call inside
+    /// [`Store::read_snapshot`], with the row, for one consistent state.
+    pub fn synthesis_rows(&self, track: &TrackRow) -> Result<SynthesisRows> {
+        Ok(SynthesisRows {
+            tags: self.tags(track.id)?,
+            art: self.art_links(track.id)?,
+            flac_blocks: match track.format {
+                Format::Flac => self.flac_blocks(track.id)?,
+                _ => Vec::new(),
+            },
+            parts: self.backing_parts(track.id)?,
+        })
+    }
+
+    /// The tracks with ids in `ids` (those that exist), in id order, each
+    /// with its [`SynthesisRows`] if `synthesis`, read with one statement
+    /// per table for the whole range instead of one per track: what
+    /// preparing the files of an album (scanned together, so neighbouring
+    /// ids) reads. A track whose rows fail to read (they do not decode, a
+    /// link to missing art) gets the error, the others are read all the
+    /// same. Call inside [`Store::read_snapshot`].
+    pub fn tracks_for_serving(
+        &self,
+        ids: RangeInclusive<i64>,
+        synthesis: bool,
+        mut f: impl FnMut(i64, Result<(TrackRow, Option<SynthesisRows>)>),
+    ) -> Result<()> {
+        let range = [*ids.start(), *ids.end()];
+        let mut tracks = self.conn.prepare_cached(&format!(
+            "SELECT {TRACK_COLUMNS} FROM tracks WHERE id BETWEEN +?1 AND +?2 ORDER BY id"
+        ))?;
+        let mut rows = tracks.query(range)?;
+        if !synthesis {
+            while let Some(r) = rows.next()? {
+                let id: i64 = r.get(0)?;
+                f(id, track_from_row(r).map(|t| (t, None)).map_err(StoreError::from));
+            }
+            return Ok(());
+        }
+        let mut tags = self.conn.prepare_cached(
+            "SELECT track_id, key, value FROM tags WHERE track_id BETWEEN +?1 AND +?2 \
+             ORDER BY track_id, key, position",
+        )?;
+        // A link whose art row is missing reads as the hash it names: an
+        // error for its track.
+        let mut art = self.conn.prepare_cached(&format!(
+            "SELECT {ART_LINK_COLUMNS}, l.art_sha256 FROM track_art l LEFT JOIN art a ON a.sha256 = l.art_sha256 \
+             WHERE l.track_id BETWEEN +?1 AND +?2 ORDER BY l.track_id, l.position"
+        ))?;
+        let mut blocks = self.conn.prepare_cached(
+            "SELECT track_id, block_type, data FROM flac_blocks WHERE track_id BETWEEN +?1 AND +?2 \
+             ORDER BY track_id, position",
+        )?;
+        let mut parts = self.conn.prepare_cached(
+            "SELECT track_id, kind, offset, length FROM backing_parts WHERE track_id BETWEEN +?1 AND +?2 \
+             ORDER BY track_id, position",
+        )?;
+        let mut tags =
+            ByTrack::with_params(&mut tags, range, |r, id| Ok((text(r, 1, id)?, text(r, 2, id)?)))?;
+        let mut art = ByTrack::with_params(&mut art, range, |r, _| match r.get::<_, Option<i64>>(1)? {
+            Some(_) => art_link_from_row(r, 1).map(Ok),
+            None => r.get(10).map(Err),
+        })?;
+        let mut blocks = ByTrack::with_params(&mut blocks, range, |r, _| Ok((r.get(1)?, r.get(2)?)))?;
+        let mut parts = ByTrack::with_params(&mut parts, range, |r, _| part_from_row(r).map(|(_, p)| p))?;
+        while let Some(r) = rows.next()? {
+            let id: i64 = r.get(0)?;
+            // Each query is passed over this track's rows whatever fails.
+            let found = (
+                track_from_row(r),
+                tags.take(id)?,
+                art.take(id)?,
+                blocks.take(id)?,
+                parts.take(id)?,
+            );
+            f(id, serving(id, found));
+        }
+        Ok(())
+    }
+
     // A track's rows are selected with `track_id = +?1`: SQLite (built
     // with STAT4) re-prepares `= ?1 ... ORDER BY` the rest of the index,
     // or `max()` over it, at every run (a third of the mount's time opening
@@ -916,9 +998,70 @@ fn does_not_decode(e: &rusqlite::Error) -> bool {
     )
 }
 
+/// The rows [`Store::tracks_for_serving`] read for track `id`, or the
+/// first error among them.
+#[allow(clippy::type_complexity)]
+fn serving(
+    id: i64,
+    found: (
+        rusqlite::Result<TrackRow>,
+        rusqlite::Result<Vec<(String, String)>>,
+        rusqlite::Result<Vec<std::result::Result<ArtLink, String>>>,
+        rusqlite::Result<Vec<(u8, Vec<u8>)>>,
+        rusqlite::Result<Vec<BackingPart>>,
+    ),
+) -> Result<(TrackRow, Option<SynthesisRows>)> {
+    let (track, tags, art, flac_blocks, parts) = found;
+    let art = art?
+        .into_iter()
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|sha256| StoreError::MissingArt { track_id: id, sha256 })?;
+    Ok((
+        track?,
+        Some(SynthesisRows {
+            tags: tags?,
+            art,
+            flac_blocks: flac_blocks?,
+            parts: parts?,
+        }),
+    ))
+}
+
 /// A track whose rows do not decode is left out of the view, and said so.
 fn left_out(id: i64, e: &rusqlite::Error) {
     tracing::warn!("track {id}: its rows in the store do not decode ({e}): left out of the view");
+}
+
+/// A read transaction through cached `BEGIN` and `COMMIT` statements
+/// (rusqlite's transactions parse theirs anew each time: 3-4% of resolving
+/// a track when a file is opened). Rolled back on drop if not ended.
+struct ReadTransaction<'c> {
+    conn: &'c Connection,
+    open: bool,
+}
+
+impl<'c> ReadTransaction<'c> {
+    fn begin(conn: &'c Connection) -> Result<Self> {
+        conn.prepare_cached("BEGIN")?.execute([])?;
+        Ok(ReadTransaction { conn, open: true })
+    }
+
+    fn end(mut self) -> Result<()> {
+        self.open = false;
+        self.conn.prepare_cached("COMMIT")?.execute([])?;
+        Ok(())
+    }
+}
+
+impl Drop for ReadTransaction<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            let _ = self
+                .conn
+                .prepare_cached("ROLLBACK")
+                .and_then(|mut s| s.execute([]));
+        }
+    }
 }
 
 /// The rows of a table that holds several rows per track, read in track
@@ -935,8 +1078,16 @@ impl<'s, T> ByTrack<'s, T> {
         stmt: &'s mut rusqlite::Statement<'_>,
         decode: fn(&rusqlite::Row<'_>, i64) -> rusqlite::Result<T>,
     ) -> Result<Self> {
+        Self::with_params(stmt, [], decode)
+    }
+
+    fn with_params(
+        stmt: &'s mut rusqlite::Statement<'_>,
+        params: impl rusqlite::Params,
+        decode: fn(&rusqlite::Row<'_>, i64) -> rusqlite::Result<T>,
+    ) -> Result<Self> {
         let mut by_track = ByTrack {
-            rows: stmt.query([])?,
+            rows: stmt.query(params)?,
             decode,
             next: None,
         };

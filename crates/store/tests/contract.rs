@@ -11,12 +11,17 @@ use retagfs_store::{
 
 /// A picture's row (its bytes need not be an image).
 fn tiny_png() -> NewArt {
+    tiny_png_of(3)
+}
+
+/// Another picture for each `first` byte.
+fn tiny_png_of(first: u8) -> NewArt {
     NewArt {
         mime: "image/png".into(),
         width: 1,
         height: 1,
         depth: 24,
-        data: vec![1, 2, 3],
+        data: vec![first, 2, 3],
     }
 }
 
@@ -390,6 +395,73 @@ fn every_track_comes_with_its_own_rows_in_id_order() {
     assert_eq!(bundles[1].parts, bare.parts);
 }
 
+/// The range read that prepares an album's files gives each track what
+/// the per-track reads give it, errors included, and no other track.
+#[test]
+fn tracks_read_as_a_range_come_with_what_each_is_read_with_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut db = Store::open(&dir.path().join("s.db")).unwrap();
+    let mut bare = track("/m/b.wav");
+    bare.format = Format::Wav;
+    bare.tags.clear();
+    bare.flac_blocks.clear();
+    bare.parts = vec![BackingPart::new(PartKind::Data, 44, 56)];
+    let art = tiny_png();
+    let sha: String = art.sha256().iter().map(|b| format!("{b:02x}")).collect();
+    let tx = db.write().unwrap();
+    let a = store::write_scanned(&tx, &track("/m/a.flac"), None).unwrap();
+    store::set_art(&tx, a, &art, 3).unwrap();
+    let gone = store::write_scanned(&tx, &track("/m/gone.flac"), None).unwrap();
+    let b = store::write_scanned(&tx, &bare, None).unwrap();
+    let lost = store::write_scanned(&tx, &track("/m/lost.flac"), None).unwrap();
+    store::set_art(&tx, lost, &tiny_png_of(9), 3).unwrap();
+    let d = store::write_scanned(&tx, &track("/m/d.flac"), None).unwrap();
+    tx.commit().unwrap();
+    // A tool deleting rows with foreign keys off leaves a gone track's rows
+    // behind, and a link to art that is no more.
+    db.conn()
+        .execute_batch(&format!(
+            "PRAGMA foreign_keys = OFF; DELETE FROM tracks WHERE id = {gone}; \
+             DELETE FROM art WHERE sha256 IN (SELECT art_sha256 FROM track_art WHERE track_id = {lost});"
+        ))
+        .unwrap();
+
+    let read = |ids: std::ops::RangeInclusive<i64>, synthesis| {
+        let mut found = Vec::new();
+        db.read_snapshot(|s| s.tracks_for_serving(ids, synthesis, |id, rows| found.push((id, rows))))
+            .unwrap();
+        found
+    };
+    let found = read(a..=d, true);
+    let ids: Vec<i64> = found.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, [a, b, lost, d]);
+    for (id, rows) in &found {
+        let row = db.track(*id).unwrap().unwrap();
+        if *id == lost {
+            assert!(matches!(rows, Err(StoreError::MissingArt { track_id, .. }) if *track_id == lost));
+            assert!(matches!(
+                db.synthesis_rows(&row),
+                Err(StoreError::MissingArt { .. })
+            ));
+            continue;
+        }
+        let (track, rows) = rows.as_ref().unwrap();
+        assert_eq!(*track, row);
+        assert_eq!(rows.as_ref().unwrap(), &db.synthesis_rows(&row).unwrap());
+    }
+    let (_, rows) = found[0].1.as_ref().unwrap();
+    let rows = rows.as_ref().unwrap();
+    assert_eq!((rows.art.len(), rows.art[0].sha256.as_str()), (1, sha.as_str()));
+    assert_eq!(rows.flac_blocks, [(0, vec![0; 34])]);
+
+    // Without synthesis only the rows are read: no art to miss.
+    let found = read(b..=d, false);
+    assert_eq!(found.len(), 3);
+    assert!(found.iter().all(|(_, rows)| matches!(rows, Ok((_, None)))));
+    let ids: Vec<i64> = read(b..=b, true).iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, [b]);
+}
+
 /// A re-scan of a file whose stamps changed keeps the store's tags (edits
 /// included) while the file's own tags read the same as last time (a
 /// chmod, a touch), and takes the file's once they changed. Rows scanned
@@ -524,6 +596,7 @@ fn a_tracks_rows_are_read_and_edited_without_re_preparing_statements() {
                     s.flac_block_lengths(id)?;
                     s.backing_parts(id)?;
                     s.tracks_changed_since(s.first_change_seq()?.unwrap_or(0))?;
+                    s.tracks_for_serving(ids[0]..=ids[3], true, |_, rows| assert!(rows.is_ok()))?;
                     s.last_change_seq()
                 })
                 .unwrap();
