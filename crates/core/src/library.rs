@@ -15,7 +15,7 @@ use retagfs_formats::{
     format_mismatch, synthesize, synthesized_len, Layout, ReadAt, SegmentSource, Source, SynthesisInput,
     SynthesisOptions,
 };
-use retagfs_store::{text_for_display, text_to_path, Format, Store, TrackBundle, TrackRow};
+use retagfs_store::{text_for_display, text_to_path, Store, SynthesisRows, TrackBundle, TrackRow};
 
 use crate::read_ahead::{will_need, KernelHints, ReadAhead};
 use crate::storage::{self, Storage};
@@ -367,7 +367,7 @@ pub struct Library {
     /// Tracks whose byte-identical serving was already logged.
     passthrough_logged: Mutex<HashSet<i64>>,
     opened: OpenCache,
-    /// Directories whose files were resolved ahead ([`Library::warm_siblings`]).
+    /// Directories whose files were resolved ahead ([`Library::warm_ahead`]).
     warmed: Mutex<HashSet<u64>>,
     /// Tracks whose start [`Library::prefetch_after`] read ahead.
     prefetched: Mutex<HashSet<i64>>,
@@ -719,7 +719,7 @@ impl Library {
     }
 
     /// Whether the files after `ino` in its directory are yet to be warmed
-    /// ([`Library::warm_siblings`]): true once per directory until the
+    /// ([`Library::warm_ahead`]): true once per directory until the
     /// cache is cleared, so that repeated opens cost a set lookup, not a
     /// wake-up of the thread that warms.
     pub fn claim_warming(&self, ino: u64) -> bool {
@@ -733,19 +733,39 @@ impl Library {
         warmed.insert(dir)
     }
 
-    /// Resolves the files listed after `ino` in its directory into the
-    /// open cache, so that the opens that usually follow (a player's album,
-    /// a tagger's folder) need neither the store nor synthesis. Meant to run
-    /// in the background after an open, when [`Library::claim_warming`]
-    /// says so. Failures are left for the files' own opens.
-    pub fn warm_siblings(&self, ino: u64) {
-        let files = self.tree().files_after(ino, WARM_SIBLINGS);
-        for f in files {
-            if self.opened.get(f.track_id, f.content_version).is_none() {
-                let _ = self
-                    .pool
-                    .with(|store| self.resolve(store, f.track_id, Log::No).map(drop));
-            }
+    /// Resolves the other files of `ino`'s directory, and those of the
+    /// directory a walk of the tree comes to next, into the open cache, so
+    /// that the opens that usually follow (a player's album, a tagger's
+    /// folder, an indexer's walk) need neither the store nor synthesis.
+    /// Neighbouring track ids are read from the store as one range. Meant
+    /// to run in the background from an open, when
+    /// [`Library::claim_warming`] says so. Failures are left for the files'
+    /// own opens.
+    pub fn warm_ahead(&self, ino: u64) {
+        let files = {
+            let tree = self.tree();
+            let mut files = tree.files_after(ino, WARM_SIBLINGS);
+            files.extend(tree.files_of_next_dir(ino, WARM_SIBLINGS));
+            files
+        };
+        let mut ids: Vec<i64> = (files.into_iter())
+            .filter(|f| self.opened.get(f.track_id, f.content_version).is_none())
+            .map(|f| f.track_id)
+            .collect();
+        ids.sort_unstable();
+        let synthesis = self.config.mode == Mode::Synthesis;
+        for run in neighbouring(&ids) {
+            let _ = self.pool.with(|store| {
+                store
+                    .read_snapshot(|s| {
+                        s.tracks_for_serving(run, synthesis, |id, found| {
+                            if let (Ok((track, rows)), Ok(_)) = (found, ids.binary_search(&id)) {
+                                let _ = self.prepare(track, rows, Log::No);
+                            }
+                        })
+                    })
+                    .map_err(io::Error::other)
+            });
         }
     }
 
@@ -807,12 +827,6 @@ impl Library {
     /// The track's row, its backing file (checked against the scan's stamps)
     /// and the layout of the served file.
     fn resolve(&self, store: &Store, track_id: i64, log: Log) -> io::Result<(TrackRow, File, Arc<Layout>)> {
-        let fail = |what: &str, e: &dyn std::fmt::Display| {
-            if log == Log::Yes {
-                tracing::error!("track {track_id}: {what}: {e}");
-            }
-            eio()
-        };
         let synthesis = self.config.mode == Mode::Synthesis;
         // The row and what synthesis needs, from one committed state.
         let found = store
@@ -820,45 +834,44 @@ impl Library {
                 let Some(track) = s.track(track_id)? else {
                     return Ok(None);
                 };
-                if !synthesis {
-                    return Ok(Some((track, None)));
-                }
-                let blocks = if track.format == Format::Flac {
-                    s.flac_blocks(track_id)?
-                } else {
-                    Vec::new()
-                };
-                let rows = (
-                    s.tags(track_id)?,
-                    s.art_links(track_id)?,
-                    blocks,
-                    s.backing_parts(track_id)?,
-                );
-                Ok(Some((track, Some(rows))))
+                let rows = synthesis.then(|| s.synthesis_rows(&track)).transpose()?;
+                Ok(Some((track, rows)))
             })
-            .map_err(|e| fail("reading the store", &e))?;
+            .map_err(|e| failed(track_id, log, "reading the store", &e))?;
         let (track, rows) = found.ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+        self.prepare(track, rows, log)
+    }
+
+    /// The backing file and the layout of a track read from the store
+    /// (with its [`SynthesisRows`] in synthesis mode), the layout kept in
+    /// the open cache.
+    fn prepare(
+        &self,
+        track: TrackRow,
+        rows: Option<SynthesisRows>,
+        log: Log,
+    ) -> io::Result<(TrackRow, File, Arc<Layout>)> {
         let backing = open_backing(&track, log)?;
         if rows.is_some() {
             // Rows another tool wrote may name another format than the
             // file's (structure-only serves the bytes and does not care).
             let src = Source::new(&backing as &dyn ReadAt, track.stamps.size);
             if let Some(why) = format_mismatch(&src, track.format) {
-                return Err(fail(&track.backing_path, &why));
+                return Err(failed(track.id, log, &track.backing_path, &why));
             }
         }
         let layout = match rows {
             None => Layout::passthrough(track.stamps.size),
-            Some((tags, art, blocks, parts)) => synthesize(&SynthesisInput {
+            Some(rows) => synthesize(&SynthesisInput {
                 track: &track,
-                tags: &tags,
-                art: &art,
-                flac_blocks: &blocks,
-                parts: &parts,
+                tags: &rows.tags,
+                art: &rows.art,
+                flac_blocks: &rows.flac_blocks,
+                parts: &rows.parts,
                 options: self.config.synthesis,
                 backing: Some(&backing),
             })
-            .map_err(|e| fail(&track.backing_path, &e))?,
+            .map_err(|e| failed(track.id, log, &track.backing_path, &e))?,
         };
         let layout = Arc::new(layout);
         self.opened.put(&track, layout.clone());
@@ -933,6 +946,26 @@ enum Log {
 
 /// Opens a track's backing file; a file that changed since the scan is
 /// EIO (its offsets are stale), a vanished one ENOENT.
+/// EIO, logged when asked to, for track `id` failing at `what`.
+fn failed(id: i64, log: Log, what: &str, e: &dyn std::fmt::Display) -> io::Error {
+    if log == Log::Yes {
+        tracing::error!("track {id}: {what}: {e}");
+    }
+    eio()
+}
+
+/// Runs of sorted track ids close enough together to be read as one
+/// range (the files of an album were scanned together): each range holds
+/// at most [`RANGE_SLACK`] ids not asked for between two that are.
+fn neighbouring(ids: &[i64]) -> impl Iterator<Item = std::ops::RangeInclusive<i64>> + '_ {
+    ids.chunk_by(|a, b| b - a <= RANGE_SLACK + 1)
+        .map(|run| run[0]..=run[run.len() - 1])
+}
+
+/// Ids not asked for that a range read of tracks may pass over between
+/// two asked for.
+const RANGE_SLACK: i64 = 8;
+
 fn open_backing(track: &TrackRow, log: Log) -> io::Result<File> {
     let backing = File::open(text_to_path(&track.backing_path)).map_err(|e| match e.raw_os_error() {
         // Out of descriptors: the client sees why (it holds too many files
@@ -1025,7 +1058,7 @@ impl SegmentSource for Sources<'_> {
 mod tests {
     use super::*;
     use crate::template::DEFAULT_TEMPLATE;
-    use retagfs_store::{ScannedTrack, Stamps};
+    use retagfs_store::{Format, ScannedTrack, Stamps};
 
     fn same_song(n: usize) -> ScannedTrack {
         ScannedTrack {

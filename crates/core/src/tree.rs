@@ -15,6 +15,9 @@ use retagfs_store::Format;
 use sha2::{Digest, Sha256};
 
 pub const ROOT_INO: u64 = 1;
+
+/// Directories without files [`Tree::files_of_next_dir`] passes over.
+const DIRS_PASSED: usize = 64;
 /// File inodes are `FILE_INO_BASE + track id`.
 const FILE_INO_BASE: u64 = 1;
 /// Directory inodes have this bit set (track ids never reach it).
@@ -62,6 +65,12 @@ pub struct Node {
     pub parent: u64,
     pub name: Arc<str>,
     pub entry: Entry,
+}
+
+impl Node {
+    fn is_dir(&self) -> bool {
+        matches!(self.entry, Entry::Dir { .. })
+    }
 }
 
 /// A track placed in the tree: its rendered (unsanitized) path without
@@ -668,6 +677,61 @@ impl Tree {
             .collect()
     }
 
+    /// Up to `max` files of the first directory that holds any after the
+    /// directory of file `ino` in a depth-first walk of the tree in listing
+    /// order (its subdirectories first, then the directories after it): the
+    /// files a walker of the tree (an indexer, a copy, a player going on to
+    /// the next album) opens next. At most [`DIRS_PASSED`] directories
+    /// without files are passed over looking for them.
+    pub fn files_of_next_dir(&self, ino: u64, max: usize) -> Vec<FileEntry> {
+        let mut dir = self.nodes.get(&ino).map(|n| n.parent);
+        for _ in 0..DIRS_PASSED {
+            dir = dir.and_then(|d| self.first_subdir(d).or_else(|| self.next_dir(d)));
+            let Some(Entry::Dir { children }) = dir.and_then(|d| self.nodes.get(&d)).map(|n| &n.entry) else {
+                break;
+            };
+            let files: Vec<FileEntry> = (children.values())
+                .filter_map(|child| match &self.nodes.get(child)?.entry {
+                    Entry::File(f) => Some(f.clone()),
+                    Entry::Dir { .. } => None,
+                })
+                .take(max)
+                .collect();
+            if !files.is_empty() {
+                return files;
+            }
+        }
+        Vec::new()
+    }
+
+    /// The first subdirectory of `dir` in listing order.
+    fn first_subdir(&self, dir: u64) -> Option<u64> {
+        let Entry::Dir { children } = &self.nodes.get(&dir)?.entry else {
+            return None;
+        };
+        (children.values().copied()).find(|child| self.nodes.get(child).is_some_and(Node::is_dir))
+    }
+
+    /// The directory listed after `dir` in its parent, or else after its
+    /// parent in the grandparent, and so on up to the root.
+    fn next_dir(&self, mut dir: u64) -> Option<u64> {
+        while dir != ROOT_INO {
+            let node = self.nodes.get(&dir)?;
+            let Entry::Dir { children } = &self.nodes.get(&node.parent)?.entry else {
+                return None;
+            };
+            let after = children.range::<str, _>((Bound::Excluded(&*node.name), Bound::Unbounded));
+            if let Some((_, &next)) = after
+                .into_iter()
+                .find(|(_, c)| self.nodes.get(c).is_some_and(Node::is_dir))
+            {
+                return Some(next);
+            }
+            dir = node.parent;
+        }
+        None
+    }
+
     /// Every file's relative path, sorted.
     pub fn file_paths(&self) -> Vec<String> {
         let mut out = Vec::with_capacity(self.file_count());
@@ -735,6 +799,28 @@ mod tests {
         assert!(t.next_files(file_ino(3), 10).is_empty());
         assert!(t.files_after(file_ino(5), 10).is_empty());
         assert!(t.files_after(999, 10).is_empty());
+    }
+
+    #[test]
+    fn the_next_directory_is_the_one_a_depth_first_walk_reaches_next() {
+        let t = Tree::build(vec![
+            place(1, "A/one/a"),
+            place(2, "A/one/b"),
+            place(3, "A/one/deeper/c"),
+            place(4, "A/two/d"),
+            place(5, "A/two/e"),
+            place(6, "B/x/y/z/f"),
+            place(7, "C/g"),
+        ]);
+        let ids = |v: Vec<FileEntry>| v.iter().map(|f| f.track_id).collect::<Vec<_>>();
+        // Subdirectories first, then the next one beside, then up.
+        assert_eq!(ids(t.files_of_next_dir(file_ino(1), 10)), [3]);
+        assert_eq!(ids(t.files_of_next_dir(file_ino(3), 10)), [4, 5]);
+        assert_eq!(ids(t.files_of_next_dir(file_ino(4), 1)), [6]);
+        // Directories without files are passed over.
+        assert_eq!(ids(t.files_of_next_dir(file_ino(6), 10)), [7]);
+        assert!(t.files_of_next_dir(file_ino(7), 10).is_empty(), "the walk ends");
+        assert!(t.files_of_next_dir(999, 10).is_empty());
     }
 
     #[test]

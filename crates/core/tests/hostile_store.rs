@@ -48,7 +48,7 @@ fn serve_all(lib: &Library, ids: &[i64]) -> HashMap<i64, std::io::Result<Vec<u8>
         .map(|&id| {
             let opened = lib.open(file_ino(id));
             if lib.claim_warming(file_ino(id)) {
-                lib.warm_siblings(file_ino(id));
+                lib.warm_ahead(file_ino(id));
             }
             let whole = opened.and_then(|file| {
                 let mut out = Vec::new();

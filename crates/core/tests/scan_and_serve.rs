@@ -1115,6 +1115,47 @@ fn moved_file_with_a_new_header_is_served_from_its_new_structure() {
     assert!(served.ends_with(audio));
 }
 
+/// Warming the files likely opened next takes in the other files of the
+/// directory and those of the directory a walk comes to next, and their
+/// opens then need nothing from the store; a directory further on is not
+/// taken in.
+#[test]
+fn warming_prepares_the_directory_and_the_next_one() {
+    let (_dir, db_path, mut db) = scanned();
+    let config = ViewConfig {
+        template: Template::parse("$format/$filename").unwrap(),
+        ..view(Mode::Synthesis)
+    };
+    let lib = Library::load(&db_path, config).unwrap();
+    let ino = |path: &str| {
+        let tree = lib.tree();
+        let (dir, name) = path.split_once('/').unwrap();
+        let dir = tree.child(retagfs_core::tree::ROOT_INO, dir).unwrap();
+        tree.child(dir, name).unwrap()
+    };
+    let (first, sibling) = (ino("flac/tagged.flac"), ino("flac/untagged.flac"));
+    // Listed in this order: flac, mp3, mp4, ...
+    let next = ino("mp3/tagged.mp3");
+    let further = ino("mp4/tagged.m4a");
+    lib.warm_ahead(first);
+
+    let tracks = db.tracks().unwrap();
+    let tx = db.write().unwrap();
+    for t in tracks {
+        store::remove_track(&tx, t.id).unwrap();
+    }
+    tx.commit().unwrap();
+    for warmed in [sibling, next] {
+        assert!(lib.open(warmed).is_ok(), "{:?}", lib.tree().path(warmed));
+    }
+    let gone = lib.open(further).err().and_then(|e| e.raw_os_error());
+    assert_eq!(
+        gone,
+        Some(libc::ENOENT),
+        "not warmed: read from the store, where it is gone"
+    );
+}
+
 #[test]
 fn a_directory_is_claimed_for_warming_once() {
     let (_dir, db_path, db) = scanned();
@@ -1139,7 +1180,7 @@ fn a_directory_is_claimed_for_warming_once() {
         );
     }
     // Warming resolves the siblings: their opens then need no store.
-    lib.warm_siblings(shared[0]);
+    lib.warm_ahead(shared[0]);
     assert!(lib.open(shared[1]).is_ok());
     assert!(!lib.claim_warming(u64::MAX), "an unknown inode is never claimed");
 }

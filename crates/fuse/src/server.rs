@@ -62,7 +62,7 @@ struct Warmer {
 }
 
 enum Job {
-    /// Resolve the files after this one ([`Library::warm_siblings`]).
+    /// Resolve the files likely opened after this one ([`Library::warm_ahead`]).
     Warm(u64),
     /// Read the start of the files after this track ([`Library::prefetch_after`]).
     Prefetch(i64),
@@ -78,7 +78,7 @@ impl Warmer {
         let started = std::thread::Builder::new().name("warm".into()).spawn(move || {
             for job in jobs {
                 match job {
-                    Job::Warm(ino) => lib.warm_siblings(ino),
+                    Job::Warm(ino) => lib.warm_ahead(ino),
                     Job::Prefetch(track_id) => lib.prefetch_after(track_id),
                 }
             }
@@ -210,6 +210,11 @@ impl Server {
         if flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(Errno::EROFS);
         }
+        // Queued first: the files after this one are prepared on the other
+        // core while this one is.
+        if self.lib.claim_warming(ino) {
+            self.warmer.queue(Job::Warm(ino));
+        }
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
         let file = self.lib.open(ino).map_err(|e| errno_of(&e))?;
         // Nothing is ever written, so there is nothing to flush.
@@ -224,9 +229,6 @@ impl Server {
         }
         let flags = flags | self.open_inodes.opened(ino, file.track.content_version);
         self.keep_handle(fh, file, false);
-        if self.lib.claim_warming(ino) {
-            self.warmer.queue(Job::Warm(ino));
-        }
         Ok(Opened {
             fh,
             flags,
