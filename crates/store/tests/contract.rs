@@ -361,15 +361,21 @@ fn a_new_store_opened_by_several_at_once_is_made_once() {
     }
 }
 
-#[test]
-fn every_track_comes_with_its_own_rows_in_id_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut db = Store::open(&dir.path().join("s.db")).unwrap();
-    let mut bare = track("/m/b.wav");
+/// A WAV track at `path` with no tags and one data part.
+fn bare_wav(path: &str) -> store::ScannedTrack {
+    let mut bare = track(path);
     bare.format = Format::Wav;
     bare.tags.clear();
     bare.flac_blocks.clear();
     bare.parts = vec![BackingPart::new(PartKind::Data, 44, 56)];
+    bare
+}
+
+#[test]
+fn every_track_comes_with_its_own_rows_in_id_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut db = Store::open(&dir.path().join("s.db")).unwrap();
+    let bare = bare_wav("/m/b.wav");
     let tx = db.write().unwrap();
     let a = store::write_scanned(&tx, &track("/m/a.flac"), None).unwrap();
     let gone = store::write_scanned(&tx, &track("/m/gone.flac"), None).unwrap();
@@ -401,11 +407,7 @@ fn every_track_comes_with_its_own_rows_in_id_order() {
 fn tracks_read_as_a_range_come_with_what_each_is_read_with_alone() {
     let dir = tempfile::tempdir().unwrap();
     let mut db = Store::open(&dir.path().join("s.db")).unwrap();
-    let mut bare = track("/m/b.wav");
-    bare.format = Format::Wav;
-    bare.tags.clear();
-    bare.flac_blocks.clear();
-    bare.parts = vec![BackingPart::new(PartKind::Data, 44, 56)];
+    let bare = bare_wav("/m/b.wav");
     let art = tiny_png();
     let sha: String = art.sha256().iter().map(|b| format!("{b:02x}")).collect();
     let tx = db.write().unwrap();
