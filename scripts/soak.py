@@ -14,7 +14,10 @@ these running at once against the mount:
               into another path and moved over the mounted one, or
               removed and scanned anew in place, in turn (the mount must
               follow; edits meanwhile may fail, and files open across the
-              switch fail their cover art's reads with EIO)
+              switch fail their cover art's reads with EIO). Edits and
+              re-scans wait while a store is moved over until the mount
+              has loaded it: a program opening the store in between would
+              pair it with the old store's -wal and -shm (docs/store.md)
 It samples the daemon's RSS and open descriptors every second, counts
 errors by kind, and at the end restores everything, re-scans and verifies
 every served file: its size equals what stat said, mutagen reads the
@@ -27,6 +30,7 @@ Usage: scripts/soak.py [--seconds 60] [--copies 30] [--work DIR]
 
 import argparse
 import collections
+import contextlib
 import errno
 import hashlib
 import json
@@ -79,6 +83,14 @@ class Soak:
         # Until when edits may fail and reads EIO: the store is being
         # replaced, or was a moment ago and the mount may not have switched.
         self.replacing_until = 0.0
+        # Cleared while a store is moved over the mounted one: as
+        # docs/store.md says, nothing may open the store between the move
+        # and the mount's notice, or SQLite pairs the new database with the
+        # old one's -wal and -shm (and corrupts it).
+        self.writers_may_run = threading.Event()
+        self.writers_may_run.set()
+        self.writers_running = 0
+        self.writers_done = threading.Condition(self.lock)
 
     def count(self, what, error=None):
         with self.lock:
@@ -97,6 +109,20 @@ class Soak:
                 except FileNotFoundError:
                     pass  # renamed by a retag between listing and stat
             self.count("walks")
+
+    @contextlib.contextmanager
+    def writing(self):
+        """Runs a command that opens the store, once no store is being
+        moved over the mounted one."""
+        self.writers_may_run.wait()
+        with self.lock:
+            self.writers_running += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.writers_running -= 1
+                self.writers_done.notify_all()
 
     def replacing(self):
         with self.lock:
@@ -141,7 +167,8 @@ class Soak:
         while not self.stop.is_set():
             with self.lock:
                 track_id = rng.choice(self.ids)
-            p = retagfs("tag", "--db", self.db, "set", str(track_id), f"title=Soak {rng.randrange(10**6)}")
+            with self.writing():
+                p = retagfs("tag", "--db", self.db, "set", str(track_id), f"title=Soak {rng.randrange(10**6)}")
             if p.returncode != 0 and self.replacing():
                 self.count("retags refused while the store was replaced")
             else:
@@ -154,7 +181,8 @@ class Soak:
         file between the listing and the edit: then it names nothing."""
         while not self.stop.is_set():
             path = rng.choice(self.served_files())
-            p = retagfs("tag", "set", path, f"title=Soak {rng.randrange(10**6)}")
+            with self.writing():
+                p = retagfs("tag", "set", path, f"title=Soak {rng.randrange(10**6)}")
             moved = p.returncode == 1 and "No such file or directory" in p.stderr and not os.path.exists(path)
             if p.returncode != 0 and not moved and self.replacing():
                 self.count("mount retags refused while the store was replaced")
@@ -164,7 +192,8 @@ class Soak:
 
     def rescanner(self):
         while not self.stop.wait(3):
-            p = retagfs("scan", self.lib, "--db", self.db)
+            with self.writing():
+                p = retagfs("scan", self.lib, "--db", self.db)
             self.count("rescans", None if p.returncode == 0 else p.stderr.strip())
 
     def replacer(self):
@@ -184,7 +213,7 @@ class Soak:
                         os.remove(rebuilt + suffix)
                 p = retagfs("scan", self.lib, "--db", rebuilt)
                 if p.returncode == 0:
-                    os.replace(rebuilt, self.db)
+                    self.move_over(rebuilt)
             self.count("stores scanned anew in place" if in_place else "stores moved over the mounted one",
                        None if p.returncode == 0 else p.stderr.strip())
             self.learn_tracks()
@@ -193,6 +222,24 @@ class Soak:
                 # before it reads its art as EIO until opened again.
                 self.replacing_until = time.time() + 2
             in_place = not in_place
+
+    def move_over(self, rebuilt):
+        """Moves a store over the mounted one with no other program
+        opening it until the mount has loaded the new one."""
+        self.writers_may_run.clear()
+        with self.lock:
+            self.writers_done.wait_for(lambda: self.writers_running == 0)
+        loaded = self.stores_loaded()
+        os.replace(rebuilt, self.db)
+        deadline = time.time() + 10
+        while self.stores_loaded() == loaded and time.time() < deadline:
+            time.sleep(0.01)
+        self.writers_may_run.set()
+
+    def stores_loaded(self):
+        """How many stores the mount has loaded in place of another."""
+        with open(os.path.join(self.work, "mount.log"), errors="replace") as f:
+            return sum("was replaced: loaded the new one" in line for line in f)
 
     def learn_tracks(self):
         tracks = json.loads(retagfs("export", "--db", self.db).stdout)
