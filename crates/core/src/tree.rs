@@ -15,9 +15,6 @@ use retagfs_store::Format;
 use sha2::{Digest, Sha256};
 
 pub const ROOT_INO: u64 = 1;
-
-/// Directories without files [`Tree::files_of_next_dir`] passes over.
-const DIRS_PASSED: usize = 64;
 /// File inodes are `FILE_INO_BASE + track id`.
 const FILE_INO_BASE: u64 = 1;
 /// Directory inodes have this bit set (track ids never reach it).
@@ -40,6 +37,9 @@ fn split_path(path: &str) -> (Vec<String>, String) {
 
 /// Longest file name Linux file systems accept, in bytes.
 pub const NAME_MAX: usize = 255;
+
+/// Directories without files [`Tree::files_of_next_dir`] passes over.
+const DIRS_PASSED: usize = 64;
 
 /// A file in the tree: one track.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -205,13 +205,13 @@ impl Server {
     }
 
     /// Opens a file for reading (`flags` as given to open(2)); the files
-    /// after it in its directory are then prepared in the background.
+    /// likely opened after it are prepared in the background.
     pub(crate) fn open(&self, ino: u64, flags: i32) -> Result<Opened, Errno> {
         if flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(Errno::EROFS);
         }
-        // Queued first: the files after this one are prepared on the other
-        // core while this one is.
+        // Queued first: the next files are prepared on the other core while
+        // this one is.
         if self.lib.claim_warming(ino) {
             self.warmer.queue(Job::Warm(ino));
         }
