@@ -718,7 +718,7 @@ impl Library {
         })
     }
 
-    /// Whether the files after `ino` in its directory are yet to be warmed
+    /// Whether the files of `ino`'s directory are yet to be warmed
     /// ([`Library::warm_ahead`]): true once per directory until the
     /// cache is cleared, so that repeated opens cost a set lookup, not a
     /// wake-up of the thread that warms.
