@@ -718,10 +718,10 @@ impl Store {
         let mut parts = self.conn.prepare(
             "SELECT track_id, kind, offset, length FROM backing_parts ORDER BY track_id, position",
         )?;
-        let mut tags = ByTrack::new(&mut tags, |r, id| Ok((text(r, 1, id)?, text(r, 2, id)?)))?;
+        let mut tags = ByTrack::new(&mut tags, tag_after_track_id)?;
         let mut art = ByTrack::new(&mut art, |r, _| art_link_from_row(r, 1))?;
         let mut blocks = ByTrack::new(&mut blocks, |r, _| Ok((r.get(1)?, r.get::<_, i64>(2)? as u64)))?;
-        let mut parts = ByTrack::new(&mut parts, |r, _| part_from_row(r).map(|(_, p)| p))?;
+        let mut parts = ByTrack::new(&mut parts, part_after_track_id)?;
         let mut rows = tracks.query([])?;
         while let Some(r) = rows.next()? {
             let id: i64 = r.get(0)?;
@@ -847,14 +847,13 @@ impl Store {
             "SELECT track_id, kind, offset, length FROM backing_parts WHERE track_id BETWEEN +?1 AND +?2 \
              ORDER BY track_id, position",
         )?;
-        let mut tags =
-            ByTrack::with_params(&mut tags, range, |r, id| Ok((text(r, 1, id)?, text(r, 2, id)?)))?;
+        let mut tags = ByTrack::with_params(&mut tags, range, tag_after_track_id)?;
         let mut art = ByTrack::with_params(&mut art, range, |r, _| match r.get::<_, Option<i64>>(1)? {
             Some(_) => art_link_from_row(r, 1).map(Ok),
             None => r.get(10).map(Err),
         })?;
         let mut blocks = ByTrack::with_params(&mut blocks, range, |r, _| Ok((r.get(1)?, r.get(2)?)))?;
-        let mut parts = ByTrack::with_params(&mut parts, range, |r, _| part_from_row(r).map(|(_, p)| p))?;
+        let mut parts = ByTrack::with_params(&mut parts, range, part_after_track_id)?;
         while let Some(r) = rows.next()? {
             let id: i64 = r.get(0)?;
             // Each query is passed over this track's rows whatever fails.
@@ -865,7 +864,7 @@ impl Store {
                 blocks.take(id)?,
                 parts.take(id)?,
             );
-            f(id, serving(id, found));
+            f(id, serving(id, found).map(|(track, rows)| (track, Some(rows))));
         }
         Ok(())
     }
@@ -1010,7 +1009,7 @@ fn serving(
         rusqlite::Result<Vec<(u8, Vec<u8>)>>,
         rusqlite::Result<Vec<BackingPart>>,
     ),
-) -> Result<(TrackRow, Option<SynthesisRows>)> {
+) -> Result<(TrackRow, SynthesisRows)> {
     let (track, tags, art, flac_blocks, parts) = found;
     let art = art?
         .into_iter()
@@ -1018,13 +1017,23 @@ fn serving(
         .map_err(|sha256| StoreError::MissingArt { track_id: id, sha256 })?;
     Ok((
         track?,
-        Some(SynthesisRows {
+        SynthesisRows {
             tags: tags?,
             art,
             flac_blocks: flac_blocks?,
             parts: parts?,
-        }),
+        },
     ))
+}
+
+/// A tag of a row whose first column is its track's id: (key, value).
+fn tag_after_track_id(r: &rusqlite::Row<'_>, id: i64) -> rusqlite::Result<(String, String)> {
+    Ok((text(r, 1, id)?, text(r, 2, id)?))
+}
+
+/// A backing part of a row of `backing_parts` read whole.
+fn part_after_track_id(r: &rusqlite::Row<'_>, _: i64) -> rusqlite::Result<BackingPart> {
+    part_from_row(r).map(|(_, p)| p)
 }
 
 /// A track whose rows do not decode is left out of the view, and said so.
