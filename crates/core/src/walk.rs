@@ -278,11 +278,22 @@ fn read_dir(shared: &Shared<'_>, dir: &Dir, out: &mut Walked) -> Vec<Dir> {
     let text = path_to_text(&dir.path);
     let path = text.trim_end_matches('/');
     let (Some(cache), false) = (shared.cache, path.is_empty()) else {
-        return list_dir(shared, dir, out, None);
+        return list_dir(shared, dir, out, None, None);
     };
+    let recorded = cache.previous.get(path);
+    // A folder that will be opened (to stat its files, or to list it) is
+    // opened first and stamped through its descriptor: one path lookup
+    // instead of two. One that fails to open is stamped by path, and
+    // fails again where it is read, saying why.
+    let holds_files = recorded.as_ref().is_none_or(|r| r.holds_files());
+    let opened = holds_files.then(|| open_dir(&dir.path).ok()).flatten();
     // Taken before the folder is read: a change while it is read makes
     // the next scan read it again.
-    let stamp = match dir_stamp(&dir.path) {
+    let stamped = match &opened {
+        Some(fd) => dir_stamp_of(fd.as_fd()),
+        None => dir_stamp(&dir.path),
+    };
+    let stamp = match stamped {
         Ok(stamp) => stamp,
         Err(e) => {
             unreadable(out, &dir.path, &e);
@@ -290,7 +301,7 @@ fn read_dir(shared: &Shared<'_>, dir: &Dir, out: &mut Walked) -> Vec<Dir> {
         }
     };
     let trusted = cache.devices.contains(&stamp.device);
-    let previous = cache.previous.get(path).filter(|_| trusted);
+    let previous = recorded.filter(|_| trusted);
     let unchanged = previous.as_ref().filter(|p| p.stamp == stamp && p.settled());
     let mut record = WalkedDir {
         path: path.to_string(),
@@ -301,12 +312,12 @@ fn read_dir(shared: &Shared<'_>, dir: &Dir, out: &mut Walked) -> Vec<Dir> {
         files: 0..0,
         skipped_by_name: 0,
     };
-    if let Some(subdirs) = unchanged.and_then(|previous| reuse(shared, dir, previous, out)) {
+    if let Some(subdirs) = unchanged.and_then(|previous| reuse(shared, dir, opened.as_ref(), previous, out)) {
         record.from_record = true;
         out.dirs.push(record);
         return subdirs;
     }
-    let subdirs = list_dir(shared, dir, out, Some(&mut record));
+    let subdirs = list_dir(shared, dir, out, opened, Some(&mut record));
     // A folder listed because its times changed (or were too recent to
     // trust) may still hold just what was recorded.
     let same = previous.filter(|_| record.recordable).and_then(|previous| {
@@ -373,9 +384,21 @@ fn open_dir(path: &Path) -> io::Result<OwnedFd> {
 
 /// A folder's identity and change times.
 fn dir_stamp(path: &Path) -> io::Result<DirStamp> {
-    let flags = AtFlags::STATX_DONT_SYNC;
-    let mask = StatxFlags::TYPE | StatxFlags::INO | StatxFlags::MTIME | StatxFlags::CTIME;
-    let m = fs::statx(fs::CWD, path, flags, mask)?;
+    stamp_of_dir(fs::statx(fs::CWD, path, AtFlags::STATX_DONT_SYNC, DIR_STAMP)?)
+}
+
+/// [`dir_stamp`] of an open folder.
+fn dir_stamp_of(fd: BorrowedFd<'_>) -> io::Result<DirStamp> {
+    let flags = AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC;
+    stamp_of_dir(fs::statx(fd, c"", flags, DIR_STAMP)?)
+}
+
+const DIR_STAMP: StatxFlags = StatxFlags::TYPE
+    .union(StatxFlags::INO)
+    .union(StatxFlags::MTIME)
+    .union(StatxFlags::CTIME);
+
+fn stamp_of_dir(m: fs::Statx) -> io::Result<DirStamp> {
     if fs::FileType::from_raw_mode(m.stx_mode.into()) != fs::FileType::Directory {
         return Err(io::Error::from(io::ErrorKind::NotADirectory));
     }
@@ -388,21 +411,24 @@ fn dir_stamp(path: &Path) -> io::Result<DirStamp> {
 }
 
 /// Takes an unchanged folder's entries from the last scan, stat'ing its
-/// files (an edit in place changes no folder); a folder of folders is not
-/// even opened. None, and nothing counted, when a file's stamps differ or
-/// the record cannot be read: the folder is then listed.
-fn reuse(shared: &Shared<'_>, dir: &Dir, previous: &ScannedDir<'_>, out: &mut Walked) -> Option<Vec<Dir>> {
-    let entries = previous.entries()?;
-    let fd = match entries.iter().any(|e| e.kind != EntryKind::Dir) {
-        true => Some(open_dir(&dir.path).ok()?),
-        false => None,
-    };
+/// files relative to `opened` (an edit in place changes no folder; a
+/// folder of folders is not opened). None, and nothing counted, when a
+/// file's stamps differ, the folder could not be opened or the record
+/// cannot be read: the folder is then listed.
+fn reuse(
+    shared: &Shared<'_>,
+    dir: &Dir,
+    opened: Option<&OwnedFd>,
+    previous: &ScannedDir<'_>,
+    out: &mut Walked,
+) -> Option<Vec<Dir>> {
     let mut counts = Reused {
         skipped_by_name: previous.skipped_by_name,
         ..Reused::default()
     };
     let mut subdirs = Vec::new();
-    for entry in entries {
+    for entry in previous.entry_iter() {
+        let entry = entry.ok()?;
         let name = name_on_disk(entry.name)?;
         let count = match entry.kind {
             EntryKind::Dir => {
@@ -416,7 +442,7 @@ fn reuse(shared: &Shared<'_>, dir: &Dir, previous: &ScannedDir<'_>, out: &mut Wa
             EntryKind::Failure => &mut counts.failures,
             EntryKind::NotAudio => &mut counts.not_audio,
         };
-        let m = stat_at(fd.as_ref()?.as_fd(), &name, false).ok()?;
+        let m = stat_at(opened?.as_fd(), &name, false).ok()?;
         let regular = fs::FileType::from_raw_mode(m.stx_mode.into()) == fs::FileType::RegularFile;
         if !regular || stamps_of(&m) != entry.stamps {
             return None;
@@ -440,17 +466,20 @@ fn name_on_disk(recorded: &CStr) -> Option<Cow<'_, CStr>> {
     }
 }
 
-/// Lists a folder: candidate files go to `out`, subdirectories are
-/// returned, and `record` (if any) learns its entries. Entries are stat'ed
+/// Lists a folder (`opened`, or opened here): candidate files go to `out`,
+/// subdirectories are returned, and `record` (if any) learns its entries. Entries are stat'ed
 /// relative to the open folder, asking only for the stamps.
 fn list_dir(
     shared: &Shared<'_>,
     dir: &Dir,
     out: &mut Walked,
+    opened: Option<OwnedFd>,
     mut record: Option<&mut WalkedDir>,
 ) -> Vec<Dir> {
     let mut subdirs = Vec::new();
-    let opened = open_dir(&dir.path).and_then(|fd| Ok(fs::Dir::new(fd)?));
+    let opened = opened
+        .map_or_else(|| open_dir(&dir.path), Ok)
+        .and_then(|fd| Ok(fs::Dir::new(fd)?));
     let mut entries = match opened {
         Ok(d) => d,
         Err(e) => {

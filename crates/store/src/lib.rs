@@ -20,7 +20,7 @@ pub use model::{
 pub use path_table::{KnownStamps, PathTable};
 pub use path_text::{bytes_to_text, path_to_text, text_for_display, text_to_path};
 pub use rusqlite::Transaction;
-pub use scanned_dirs::{DirEntry, DirStamp, EntryKind, ScannedDir, ScannedDirs};
+pub use scanned_dirs::{DirEntry, DirStamp, Entries, EntryKind, InvalidRecord, ScannedDir, ScannedDirs};
 pub use store::{
     add_tag, beside, configure_sqlite, delete_orphan_art, forget_scanned_dir, forget_scanned_dirs_under,
     insert_art, link_art, move_track, record_failure, remove_art, remove_failure, remove_track,

@@ -172,35 +172,74 @@ impl ScannedDir<'_> {
     /// The entries, or None when the blob is not a valid encoding (a row
     /// written by something else: the folder is then listed again).
     pub fn entries(&self) -> Option<Vec<DirEntry<'_>>> {
-        let mut out = Vec::new();
-        let mut rest: &[u8] = &self.entries;
-        while let Some((&code, after)) = rest.split_first() {
-            let kind = EntryKind::from_code(code)?;
-            let mut stamps = Stamps {
-                size: 0,
-                mtime_ns: 0,
-                ctime_ns: 0,
+        self.entry_iter().collect::<Result<_, _>>().ok()
+    }
+
+    /// The entries one at a time, without collecting them; an error
+    /// where the blob stops being a valid encoding, and nothing after it.
+    pub fn entry_iter(&self) -> Entries<'_> {
+        Entries { rest: &self.entries }
+    }
+
+    /// Whether the folder held files (or its record cannot be read, so
+    /// it may): a folder of folders alone need not be opened.
+    pub fn holds_files(&self) -> bool {
+        self.entry_iter()
+            .any(|e| e.map_or(true, |e| e.kind != EntryKind::Dir))
+    }
+}
+
+/// A folder's record that is not a valid encoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InvalidRecord;
+
+/// [`ScannedDir::entry_iter`].
+pub struct Entries<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for Entries<'a> {
+    type Item = Result<DirEntry<'a>, InvalidRecord>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let entry = self.decode();
+        if entry.is_err() {
+            self.rest = &[];
+        }
+        Some(entry)
+    }
+}
+
+impl<'a> Entries<'a> {
+    fn decode(&mut self) -> Result<DirEntry<'a>, InvalidRecord> {
+        let (&code, after) = self.rest.split_first().ok_or(InvalidRecord)?;
+        let kind = EntryKind::from_code(code).ok_or(InvalidRecord)?;
+        let mut stamps = Stamps {
+            size: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+        };
+        let mut rest = after;
+        if kind != EntryKind::Dir {
+            let (raw, after) = rest.split_at_checked(STAMPS_LEN).ok_or(InvalidRecord)?;
+            let word = |i: usize| <[u8; 8]>::try_from(&raw[i * 8..i * 8 + 8]).expect("8 bytes");
+            stamps = Stamps {
+                size: u64::from_le_bytes(word(0)),
+                mtime_ns: i64::from_le_bytes(word(1)),
+                ctime_ns: i64::from_le_bytes(word(2)),
             };
             rest = after;
-            if kind != EntryKind::Dir {
-                let (raw, after) = rest.split_at_checked(STAMPS_LEN)?;
-                let word = |i: usize| <[u8; 8]>::try_from(&raw[i * 8..i * 8 + 8]).expect("8 bytes");
-                stamps = Stamps {
-                    size: u64::from_le_bytes(word(0)),
-                    mtime_ns: i64::from_le_bytes(word(1)),
-                    ctime_ns: i64::from_le_bytes(word(2)),
-                };
-                rest = after;
-            }
-            let name = CStr::from_bytes_until_nul(rest).ok()?;
-            let bytes = name.to_bytes();
-            if bytes.is_empty() || bytes.contains(&b'/') || bytes == b"." || bytes == b".." {
-                return None;
-            }
-            rest = &rest[bytes.len() + 1..];
-            out.push(DirEntry { name, kind, stamps });
         }
-        Some(out)
+        let name = CStr::from_bytes_until_nul(rest).map_err(|_| InvalidRecord)?;
+        let bytes = name.to_bytes();
+        if bytes.is_empty() || bytes.contains(&b'/') || bytes == b"." || bytes == b".." {
+            return Err(InvalidRecord);
+        }
+        self.rest = &rest[bytes.len() + 1..];
+        Ok(DirEntry { name, kind, stamps })
     }
 }
 
@@ -344,5 +383,39 @@ mod tests {
             };
             assert!(d.entries().is_none(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_folder_holds_files_unless_its_record_shows_only_folders() {
+        let entry = |name, kind| DirEntry {
+            name,
+            kind,
+            stamps: Stamps {
+                size: 0,
+                mtime_ns: 0,
+                ctime_ns: 0,
+            },
+        };
+        let dirs_only = ScannedDir::new(
+            stamp(),
+            0,
+            0,
+            [entry(c"A", EntryKind::Dir), entry(c"B", EntryKind::Dir)],
+        );
+        assert!(!dirs_only.holds_files());
+        assert!(!ScannedDir::new(stamp(), 0, 0, []).holds_files());
+        for kind in [EntryKind::Track, EntryKind::Failure, EntryKind::NotAudio] {
+            let mixed = ScannedDir::new(stamp(), 0, 0, [entry(c"A", EntryKind::Dir), entry(c"x", kind)]);
+            assert!(mixed.holds_files(), "{kind:?}");
+        }
+        // A record that cannot be read may hold anything.
+        let damaged = ScannedDir {
+            entries: Cow::Borrowed(&[0, b'A', 0, 9]),
+            ..dirs_only.clone()
+        };
+        assert!(damaged.holds_files());
+        // One at a time: the entries before the damage, then one error.
+        let read: Vec<_> = damaged.entry_iter().collect();
+        assert_eq!(read, [Ok(entry(c"A", EntryKind::Dir)), Err(InvalidRecord)]);
     }
 }
