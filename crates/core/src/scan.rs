@@ -736,9 +736,13 @@ fn finish_unchanged(
 ) -> anyhow::Result<ScanSummary> {
     db.read_mapped(false)?;
     // Folders listed and found as recorded keep their entries under their
-    // new times.
-    let relisted: Vec<(&str, ScannedDir<'_>)> = walked
-        .dirs
+    // new times (those taken from the record had theirs).
+    let listed = if walked.dirs_listed > 0 {
+        &walked.dirs[..]
+    } else {
+        &[]
+    };
+    let relisted: Vec<(&str, ScannedDir<'_>)> = listed
         .iter()
         .filter_map(|dir| {
             let previous = previous.get(&dir.path)?;
@@ -876,7 +880,7 @@ fn nothing_changed(walked: &Walked) -> bool {
     walked.files.is_empty()
         && walked.failures.is_empty()
         && walked.unreadable.is_empty()
-        && walked.dirs.iter().all(|d| d.from_record)
+        && (walked.dirs_listed == 0 || walked.dirs.iter().all(|d| d.from_record))
 }
 
 /// Adds the files and subfolders of folders taken from the record to

@@ -36,6 +36,9 @@ pub struct Walked {
     pub failures: Vec<(String, String)>,
     /// Folders walked, when walking with a [`DirCache`].
     pub dirs: Vec<WalkedDir>,
+    /// How many of `dirs` were listed (the others were taken from the
+    /// record whole): none, and a re-scan need not look through `dirs`.
+    pub dirs_listed: usize,
     /// Folders and files that are there but could not be read (each one
     /// logged; a folder whose listing broke off counts whole): what the
     /// store holds at or below them is kept as it is, not taken for gone.
@@ -198,6 +201,7 @@ pub fn walk(
         out.failures.extend(part.failures);
         out.unreadable.extend(part.unreadable);
         out.reused.add(part.reused);
+        out.dirs_listed += part.dirs_listed;
         let base = out.files.len();
         out.dirs.extend(part.dirs.into_iter().map(|mut d| {
             d.files = d.files.start + base..d.files.end + base;
@@ -317,6 +321,7 @@ fn read_dir(shared: &Shared<'_>, dir: &Dir, out: &mut Walked) -> Vec<Dir> {
         out.dirs.push(record);
         return subdirs;
     }
+    out.dirs_listed += 1;
     let subdirs = list_dir(shared, dir, out, opened, Some(&mut record));
     // A folder listed because its times changed (or were too recent to
     // trust) may still hold just what was recorded.

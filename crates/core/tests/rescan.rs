@@ -193,10 +193,18 @@ fn folders_too_new_to_trust_are_listed_and_every_change_is_found() {
     let lib = fresh_library();
     let root = lib.path();
     let (_store, mut db) = scanned_once(root);
+    let scanned_at = |db: &Store| -> i64 {
+        db.conn()
+            .query_row("SELECT min(scanned_ns) FROM scanned_dirs", [], |r| r.get(0))
+            .unwrap()
+    };
+    let first = scanned_at(&db);
     // At once: every folder changed too recently for its times to be
-    // trusted, so each is listed (and found as recorded).
+    // trusted, so each is listed (and found as recorded), and recorded
+    // again as seen by this scan.
     let s = rescan(&mut db, root, false, false);
     assert_eq!(counts(&s), [0, 0, 0, 6, 0, 0, 1, 2], "{s:?}");
+    assert!(scanned_at(&db) > first);
     // Changes made right after a scan.
     let untagged = std::fs::read(fixtures().join("untagged.flac")).unwrap();
     std::fs::write(root.join("a/tagged.flac"), &untagged).unwrap();
