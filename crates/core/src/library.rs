@@ -944,8 +944,6 @@ enum Log {
     No,
 }
 
-/// Opens a track's backing file; a file that changed since the scan is
-/// EIO (its offsets are stale), a vanished one ENOENT.
 /// EIO, logged when asked to, for track `id` failing at `what`.
 fn failed(id: i64, log: Log, what: &str, e: &dyn std::fmt::Display) -> io::Error {
     if log == Log::Yes {
@@ -966,6 +964,8 @@ fn neighbouring(ids: &[i64]) -> impl Iterator<Item = std::ops::RangeInclusive<i6
 /// two asked for.
 const RANGE_SLACK: i64 = 8;
 
+/// Opens a track's backing file; a file that changed since the scan is
+/// EIO (its offsets are stale), a vanished one ENOENT.
 fn open_backing(track: &TrackRow, log: Log) -> io::Result<File> {
     let backing = File::open(text_to_path(&track.backing_path)).map_err(|e| match e.raw_os_error() {
         // Out of descriptors: the client sees why (it holds too many files
