@@ -350,6 +350,9 @@ impl Store {
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
         self.use_wal()?;
         self.conn.pragma_update(None, "foreign_keys", "ON")?;
+        // Room for the tag inserts of every row count besides the rest.
+        self.conn
+            .set_prepared_statement_cache_capacity(16 + TAG_ROWS_PER_INSERT);
         Ok(())
     }
 
@@ -1377,16 +1380,50 @@ fn insert_structure(tx: &Transaction<'_>, id: i64, t: &ScannedTrack) -> Result<(
 /// Inserts the tags of a track that has none, in the given order. The
 /// positions are counted here: with a subquery on the bound key (as in
 /// [`insert_tags`]) SQLite re-prepares the statement at every row.
+///
+/// The rows go in key order, up to [`TAG_ROWS_PER_INSERT`] per statement.
+/// `tags` keeps whole rows in its key's b-tree (WITHOUT ROWID), and each
+/// statement finds its first row's place from the root, reading the whole
+/// of every row it compares with; a long one (embedded lyrics) spans
+/// overflow pages. The next rows of one statement are appended where the
+/// last one went. Row by row, a first scan of 20,000 tracks, 1,200 of them
+/// with 76 kB of lyrics, spent about a quarter of its time copying lyrics.
 fn insert_tags_of_tagless(tx: &Transaction<'_>, id: i64, tags: &[(String, String)]) -> Result<()> {
-    let mut stmt =
-        tx.prepare_cached("INSERT INTO tags (track_id, key, position, value) VALUES (?1, ?2, ?3, ?4)")?;
     let mut positions: HashMap<&str, i64> = HashMap::new();
-    for (key, value) in tags {
-        let position = positions.entry(key.as_str()).or_insert(0);
-        stmt.execute(params![id, key, *position, value])?;
-        *position += 1;
+    let mut rows: Vec<(&str, i64, &str)> = tags
+        .iter()
+        .map(|(key, value)| {
+            let position = positions.entry(key.as_str()).or_insert(0);
+            *position += 1;
+            (key.as_str(), *position - 1, value.as_str())
+        })
+        .collect();
+    rows.sort_unstable();
+    for chunk in rows.chunks(TAG_ROWS_PER_INSERT) {
+        let mut stmt = tx.prepare_cached(&insert_tag_rows(chunk.len()))?;
+        let mut args: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(1 + 3 * chunk.len());
+        args.push(&id);
+        for (key, position, value) in chunk {
+            args.extend([key as &dyn rusqlite::ToSql, position, value]);
+        }
+        stmt.execute(args.as_slice())?;
     }
     Ok(())
+}
+
+/// Tag rows one INSERT takes: one statement (and bound parameters: three a
+/// row) cached for each count up to this.
+const TAG_ROWS_PER_INSERT: usize = 32;
+
+/// An INSERT of `rows` tag rows of the track bound as `?1`.
+fn insert_tag_rows(rows: usize) -> String {
+    let values: Vec<String> = (0..rows)
+        .map(|i| format!("(?1, ?{}, ?{}, ?{})", 3 * i + 2, 3 * i + 3, 3 * i + 4))
+        .collect();
+    format!(
+        "INSERT INTO tags (track_id, key, position, value) VALUES {}",
+        values.join(", ")
+    )
 }
 
 /// Appends values in the given order, each after the key's existing values.

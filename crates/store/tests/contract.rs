@@ -263,6 +263,29 @@ fn scanned_values_of_a_key_keep_their_order_on_every_write() {
     assert_eq!(positions(&db, id), expected);
 }
 
+/// A file's tags are written several statements' worth at a time, in key
+/// order: every value comes back, each key's values in the file's order.
+#[test]
+fn many_scanned_values_come_back_in_the_files_order_of_each_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut db = Store::open(&dir.path().join("s.db")).unwrap();
+    let mut t = track("/m/a.flac");
+    // 100 values of five keys, interleaved as a file may hold them, and
+    // one long enough to spill onto overflow pages.
+    t.tags = (0..100)
+        .map(|i| (format!("key{}", 4 - i % 5), format!("value {i}")))
+        .chain([("lyrics".to_string(), "la ".repeat(30_000))])
+        .collect();
+    let tx = db.write().unwrap();
+    let id = store::write_scanned(&tx, &t, None).unwrap();
+    tx.commit().unwrap();
+
+    let mut expected = t.tags.clone();
+    // Ordered by key; a stable sort keeps each key's values in file order.
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(db.tags(id).unwrap(), expected);
+}
+
 #[test]
 fn scanned_folders_round_trip_and_are_forgotten_below_a_root_only() {
     let dir = tempfile::tempdir().unwrap();
