@@ -6,6 +6,7 @@ use crate::error::{malformed, Result};
 use crate::keys::TagList;
 use crate::picture::picture;
 use crate::source::{le_u32, Source};
+use crate::text::lossy;
 
 const FOOTER_LEN: u64 = 32;
 
@@ -64,7 +65,7 @@ fn parse_items(b: &[u8], count: u32) -> (Vec<(String, String)>, Vec<ScannedPictu
         let key = String::from_utf8_lossy(&b[key_start..key_start + key_len]);
         match (flags >> 1) & 3 {
             0 => {
-                for v in String::from_utf8_lossy(value).split('\0') {
+                for v in lossy(value).split('\0') {
                     tags.push_native(&key, v);
                 }
             }

@@ -25,6 +25,7 @@ mod probe;
 mod sniff;
 mod source;
 mod synth;
+mod text;
 mod vorbis_comment;
 mod wav;
 

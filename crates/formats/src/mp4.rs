@@ -8,6 +8,7 @@ use crate::keys::{self, TagList};
 use crate::picture::picture;
 use crate::probe::Probe;
 use crate::source::{be_u32, Source};
+use crate::text::lossy;
 use crate::Format;
 
 /// One atom: its type, where it starts, its header and total length.
@@ -318,7 +319,7 @@ fn read_item(
                 .or_else(|| keys::canonical_key(&fname));
             if let Some(key) = key {
                 for (_, d) in data {
-                    tags.push(&key, &String::from_utf8_lossy(d));
+                    tags.push(&key, &lossy(d));
                 }
             }
         }
@@ -327,7 +328,7 @@ fn read_item(
                 for (code, d) in data {
                     let value = match code {
                         2 => utf16_be(d),
-                        _ => String::from_utf8_lossy(d).into_owned(),
+                        _ => lossy(d).into_owned(),
                     };
                     tags.push(key, &value);
                 }

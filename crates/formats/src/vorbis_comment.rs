@@ -8,6 +8,7 @@ use crate::error::{malformed, Result};
 use crate::keys::{self, TagList};
 use crate::picture::parse_flac_picture;
 use crate::source::le_u32;
+use crate::text::lossy;
 
 /// Tags and pictures found in a comment list.
 pub struct Comments {
@@ -58,7 +59,7 @@ pub fn parse(b: &[u8]) -> Result<Comments> {
         } else if name.eq_ignore_ascii_case(b"coverart") || name.eq_ignore_ascii_case(b"coverartmime") {
             // Legacy unofficial art fields: not tags.
         } else {
-            tags.push_native(&String::from_utf8_lossy(name), &String::from_utf8_lossy(value));
+            tags.push_native(&lossy(name), &lossy(value));
         }
     }
     Ok(Comments {
