@@ -189,6 +189,10 @@ fn refresh(lib: &Library, on_refresh: &dyn Fn(&Refresh)) {
     let started = Instant::now();
     match lib.refresh() {
         Ok(r) if r.tracks > 0 => {
+            let took = started.elapsed();
+            // Logged once the kernel has been told: what reads the log may
+            // then read the view and find the change.
+            on_refresh(&r);
             tracing::info!(
                 "refresh: {} track(s) changed{} in {:.2} ms",
                 r.tracks,
@@ -197,9 +201,8 @@ fn refresh(lib: &Library, on_refresh: &dyn Fn(&Refresh)) {
                 } else {
                     ""
                 },
-                started.elapsed().as_secs_f64() * 1000.0
+                took.as_secs_f64() * 1000.0
             );
-            on_refresh(&r);
         }
         Ok(_) => {}
         Err(e) => tracing::error!("refresh failed: {e:#}"),
@@ -333,13 +336,15 @@ impl StoreFile {
         self.remove_stale_companions();
         match lib.reload() {
             Ok(r) => {
+                let took = started.elapsed();
+                // After the kernel is told, as for a refresh.
+                on_refresh(&r);
                 tracing::warn!(
                     "the store {} was replaced: loaded the new one ({} tracks) in {:.1} ms",
                     db.display(),
                     r.tracks,
-                    started.elapsed().as_secs_f64() * 1000.0
+                    took.as_secs_f64() * 1000.0
                 );
-                on_refresh(&r);
                 *self = StoreFile::at(db, id);
                 true
             }
