@@ -1407,7 +1407,7 @@ fn insert_tags_of_tagless(tx: &Transaction<'_>, id: i64, tags: &[(String, String
         .collect();
     rows.sort_unstable();
     for chunk in rows.chunks(TAG_ROWS_PER_INSERT) {
-        let mut stmt = tx.prepare_cached(&insert_tag_rows(chunk.len()))?;
+        let mut stmt = tx.prepare_cached(&INSERT_TAG_ROWS[chunk.len() - 1])?;
         let mut args: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(1 + 3 * chunk.len());
         args.push(&id);
         for (key, position, value) in chunk {
@@ -1422,16 +1422,20 @@ fn insert_tags_of_tagless(tx: &Transaction<'_>, id: i64, tags: &[(String, String
 /// row) cached for each count up to this.
 const TAG_ROWS_PER_INSERT: usize = 32;
 
-/// An INSERT of `rows` tag rows of the track bound as `?1`.
-fn insert_tag_rows(rows: usize) -> String {
-    let values: Vec<String> = (0..rows)
-        .map(|i| format!("(?1, ?{}, ?{}, ?{})", 3 * i + 2, 3 * i + 3, 3 * i + 4))
-        .collect();
-    format!(
-        "INSERT INTO tags (track_id, key, position, value) VALUES {}",
-        values.join(", ")
-    )
-}
+/// At index n - 1, the INSERT of n tag rows of the track bound as `?1`:
+/// made once, not at each track's insert.
+static INSERT_TAG_ROWS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+    let row = |i: usize| format!("(?1, ?{}, ?{}, ?{})", 3 * i + 2, 3 * i + 3, 3 * i + 4);
+    (1..=TAG_ROWS_PER_INSERT)
+        .map(|rows| {
+            let values: Vec<String> = (0..rows).map(row).collect();
+            format!(
+                "INSERT INTO tags (track_id, key, position, value) VALUES {}",
+                values.join(", ")
+            )
+        })
+        .collect()
+});
 
 /// Appends values in the given order, each after the key's existing values.
 fn insert_tags(tx: &Transaction<'_>, id: i64, tags: &[(String, String)]) -> Result<()> {
