@@ -73,6 +73,82 @@ fn edits_bump_version_and_append_to_the_change_log() {
     assert_eq!(buf, [2, 3]);
 }
 
+/// The change log's kinds for one track, oldest first.
+fn logged(db: &Store, id: i64) -> Vec<String> {
+    let mut stmt = db
+        .conn()
+        .prepare("SELECT kind FROM changes WHERE track_id = ?1 ORDER BY seq")
+        .unwrap();
+    stmt.query_map([id], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+}
+
+#[test]
+fn a_new_track_logs_that_it_was_added_and_its_later_edits() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut db = Store::open(&dir.path().join("s.db")).unwrap();
+    let art = tiny_png();
+    let mut file = track("/m/a.flac");
+    file.pictures = vec![store::ScannedPicture {
+        sha256: art.sha256(),
+        art,
+        picture_type: 3,
+        description: String::new(),
+    }];
+    let tx = db.write().unwrap();
+    let first = store::write_scanned(&tx, &track("/m/0.flac"), None).unwrap();
+    let id = store::write_scanned(&tx, &file, None).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(id, first + 1, "numbered as SQLite would");
+    // Its tags and picture came with it: one entry says so.
+    assert_eq!(db.tags(id).unwrap().len(), 3);
+    assert_eq!(db.art_links(id).unwrap().len(), 1);
+    assert_eq!(logged(&db, id), ["added"]);
+    assert_eq!(db.track(id).unwrap().unwrap().content_version, 1);
+
+    let tx = db.write().unwrap();
+    store::add_tag(&tx, id, "genre", &["Jazz".into()]).unwrap();
+    tx.commit().unwrap();
+    // As an external tool would write them, through SQL.
+    db.conn()
+        .execute_batch(&format!(
+            "INSERT INTO tags (track_id, key, position, value) VALUES ({id}, 'mood', 0, 'calm');
+             INSERT INTO track_art (track_id, position, art_sha256, picture_type)
+                 SELECT {id}, 1, sha256, 4 FROM art;"
+        ))
+        .unwrap();
+    assert_eq!(logged(&db, id), ["added", "tags", "tags", "art"]);
+    assert_eq!(db.track(id).unwrap().unwrap().content_version, 4);
+    // A tag row without its track is still refused.
+    let orphan = db.conn().execute(
+        "INSERT INTO tags (track_id, key, position, value) VALUES (?1, 'title', 0, 'x')",
+        [id + 100],
+    );
+    assert!(orphan.is_err());
+}
+
+#[test]
+fn a_store_whose_last_track_id_is_the_largest_takes_no_new_track() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut db = Store::open(&dir.path().join("s.db")).unwrap();
+    db.conn()
+        .execute(
+            "INSERT INTO tracks (id, backing_path, format, audio_offset, audio_length, file_size,
+                                 mtime_ns, ctime_ns, scanned_at)
+             VALUES (?1, '/m/last.flac', 'flac', 0, 0, 0, 1, 1, 0)",
+            [i64::MAX],
+        )
+        .unwrap();
+    let tx = db.write().unwrap();
+    let err = store::write_scanned(&tx, &track("/m/a.flac"), None).unwrap_err();
+    assert!(matches!(err, StoreError::IdsUsedUp), "{err}");
+    assert!(err.to_string().contains("largest id"), "{err}");
+    drop(tx);
+    assert_eq!(db.track_count().unwrap(), 1, "nothing written");
+}
+
 #[test]
 fn check_constraints_reject_malformed_rows() {
     let dir = tempfile::tempdir().unwrap();
@@ -572,6 +648,11 @@ fn tracks_under_a_folder_are_those_below_it_only() {
 
 /// Times the cached statements of `conn` were re-prepared by SQLite.
 fn reprepared(conn: &rusqlite::Connection) -> i32 {
+    reprepare_counts(conn, false)
+}
+
+/// The connection's statements' re-prepare counts, summed; `reset` zeroes them.
+fn reprepare_counts(conn: &rusqlite::Connection, reset: bool) -> i32 {
     use rusqlite::ffi;
     let mut total = 0;
     // SAFETY: the statements are only read, on the connection's thread,
@@ -580,7 +661,7 @@ fn reprepared(conn: &rusqlite::Connection) -> i32 {
         let db = conn.handle();
         let mut stmt = ffi::sqlite3_next_stmt(db, std::ptr::null_mut());
         while !stmt.is_null() {
-            total += ffi::sqlite3_stmt_status(stmt, ffi::SQLITE_STMTSTATUS_REPREPARE, 0);
+            total += ffi::sqlite3_stmt_status(stmt, ffi::SQLITE_STMTSTATUS_REPREPARE, i32::from(reset));
             stmt = ffi::sqlite3_next_stmt(db, stmt);
         }
     }
@@ -601,12 +682,16 @@ fn a_tracks_rows_are_read_and_edited_without_re_preparing_statements() {
     let tx = db.write().unwrap();
     let ids: Vec<i64> = (0..4)
         .map(|i| {
+            if i == 1 {
+                reprepare_counts(&tx, true);
+            }
             t.backing_path = format!("/m/{i}.flac");
             let id = store::write_scanned(&tx, &t, None).unwrap();
             store::set_art(&tx, id, &art, 3).unwrap();
             id
         })
         .collect();
+    assert_eq!(reprepared(&tx), 0, "scanned tracks");
     tx.commit().unwrap();
 
     let reader = Store::open_read_only(&path).unwrap();
@@ -631,7 +716,12 @@ fn a_tracks_rows_are_read_and_edited_without_re_preparing_statements() {
 
     let sha: String = art.sha256().iter().map(|b| format!("{b:02x}")).collect();
     let tx = db.write().unwrap();
-    for &id in &ids {
+    for (i, &id) in ids.iter().enumerate() {
+        if i == 1 {
+            // A write transaction prepares statements once again at their
+            // first use ([`Store::write`] sets a pragma); never after.
+            reprepare_counts(&tx, true);
+        }
         store::set_tag(&tx, id, "genre", &["Jazz".into(), "Blues".into()]).unwrap();
         store::add_tag(&tx, id, "artist", &["C".into()]).unwrap();
         store::link_art(&tx, id, &sha, 4).unwrap();
