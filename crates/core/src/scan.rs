@@ -6,6 +6,7 @@ use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
@@ -20,7 +21,8 @@ use crate::storage::{self, Storage};
 use crate::walk::{DirCache, Walked};
 use sha2::{Digest, Sha256};
 
-/// Results written per transaction, at most.
+/// Results written per transaction, at most (and those that came with
+/// the last).
 const BATCH: usize = 512;
 /// How long the writer gathers results before it commits what it has.
 const GATHER: Duration = Duration::from_millis(50);
@@ -117,6 +119,7 @@ pub enum Progress {
     Probed,
 }
 
+#[derive(Clone, Copy)]
 struct Job<'a> {
     /// Borrowed from the walk's files, which outlive the probing.
     path: &'a str,
@@ -129,6 +132,20 @@ struct Job<'a> {
 enum Outcome<'a> {
     Scanned(Job<'a>, Box<Probed>),
     Failed(Job<'a>, ProbeError),
+}
+
+impl Outcome<'_> {
+    /// About how much memory the result holds: its pictures, tag values
+    /// and FLAC blocks.
+    fn held_bytes(&self) -> usize {
+        let Outcome::Scanned(_, probed) = self else {
+            return 0;
+        };
+        let t = &probed.track;
+        t.pictures.iter().map(|p| p.art.data.len()).sum::<usize>()
+            + t.tags.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+            + t.flac_blocks.iter().map(|(_, data)| data.len()).sum::<usize>()
+    }
 }
 
 /// A file probed: what goes to the store, and the sha256 fingerprint that
@@ -345,18 +362,51 @@ fn read_span<'b>(src: &Source<'_>, offset: u64, len: u64, buf: &'b mut [u8]) -> 
     Ok(&buf[..n])
 }
 
-/// Probes jobs until there are none; `sha256`: whether new files need the
-/// fingerprint of stores before version 5 too.
-fn worker<'a>(jobs: Receiver<Job<'a>>, results: Sender<Outcome<'a>>, sha256: bool) {
+/// Probes jobs until there are none left to take; `sha256`: whether new
+/// files need the fingerprint of stores before version 5 too.
+fn worker<'a>(jobs: &Jobs<'_, 'a>, results: Sender<Vec<Outcome<'a>>>, sha256: bool) {
     let mut buf = Vec::new();
-    for job in jobs {
+    let (mut batch, mut held) = (Vec::new(), 0);
+    while let Some(job) = jobs.take() {
         let outcome = match probe_file(&job, sha256 && job.existing.is_none(), &mut buf) {
             Ok(probed) => Outcome::Scanned(job, Box::new(probed)),
             Err(e) => Outcome::Failed(job, e),
         };
-        if results.send(outcome).is_err() {
-            return;
+        held += outcome.held_bytes();
+        batch.push(outcome);
+        // Sent a few at a time while the writer is busy: a send to a full
+        // channel parks this thread and every receive wakes one, which
+        // took a fifth of the CPU of a first scan of small files.
+        let full = batch.len() >= RESULTS_PER_SEND || held >= RESULT_BYTES_PER_SEND;
+        if full || results.is_empty() {
+            held = 0;
+            if results.send(std::mem::take(&mut batch)).is_err() {
+                return;
+            }
         }
+    }
+    if !batch.is_empty() {
+        let _ = results.send(batch);
+    }
+}
+
+/// Results a probing thread holds before it sends them, at most...
+const RESULTS_PER_SEND: usize = 16;
+/// ... and the bytes of tags and pictures they may hold (large covers go
+/// one at a time).
+const RESULT_BYTES_PER_SEND: usize = 1 << 20;
+
+/// The files to probe, taken in order by the probing threads: an index
+/// to bump rather than a channel to feed (whose every job woke a
+/// thread when the probes waited on the writer).
+struct Jobs<'j, 'a> {
+    todo: &'j [Job<'a>],
+    next: AtomicUsize,
+}
+
+impl<'a> Jobs<'_, 'a> {
+    fn take(&self) -> Option<Job<'a>> {
+        self.todo.get(self.next.fetch_add(1, Ordering::Relaxed)).copied()
     }
 }
 
@@ -838,21 +888,17 @@ fn probe_and_write<'a>(
     results: &mut Results<'_>,
     progress: &dyn Fn(Progress),
 ) -> anyhow::Result<()> {
-    let (job_tx, job_rx) = bounded::<Job<'a>>(jobs * 4);
-    let (res_tx, res_rx) = bounded::<Outcome<'a>>(jobs * 4);
+    let (res_tx, res_rx) = bounded::<Vec<Outcome<'a>>>(jobs);
+    let todo = Jobs {
+        todo: &todo,
+        next: AtomicUsize::new(0),
+    };
     std::thread::scope(|s| {
         for _ in 0..jobs.max(1) {
-            let (jobs, results) = (job_rx.clone(), res_tx.clone());
-            s.spawn(move || worker(jobs, results, sha256));
+            let (todo, results) = (&todo, res_tx.clone());
+            s.spawn(move || worker(todo, results, sha256));
         }
-        drop((job_rx, res_tx));
-        s.spawn(move || {
-            for job in todo {
-                if job_tx.send(job).is_err() {
-                    return;
-                }
-            }
-        });
+        drop(res_tx);
         write_results(db, res_rx, results, progress)
     })
 }
@@ -1031,7 +1077,7 @@ struct Results<'a> {
 /// results come a few at a time.
 fn write_results(
     db: &mut Store,
-    results: Receiver<Outcome<'_>>,
+    results: Receiver<Vec<Outcome<'_>>>,
     out: &mut Results<'_>,
     progress: &dyn Fn(Progress),
 ) -> anyhow::Result<()> {
@@ -1040,10 +1086,12 @@ fn write_results(
         let deadline = Instant::now() + GATHER;
         let mut next = Some(first);
         let mut written = 0;
-        while let Some(outcome) = next.take() {
-            progress(Progress::Probed);
-            write_outcome(&tx, outcome, out)?;
-            written += 1;
+        while let Some(outcomes) = next.take() {
+            for outcome in outcomes {
+                progress(Progress::Probed);
+                write_outcome(&tx, outcome, out)?;
+                written += 1;
+            }
             if written < BATCH {
                 next = results.recv_deadline(deadline).ok();
             }
