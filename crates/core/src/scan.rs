@@ -375,8 +375,9 @@ fn worker<'a>(jobs: &Jobs<'_, 'a>, results: Sender<Vec<Outcome<'a>>>, sha256: bo
         held += outcome.held_bytes();
         batch.push(outcome);
         // Sent a few at a time while the writer is busy: a send to a full
-        // channel parks this thread and every receive wakes one, which
-        // took a fifth of the CPU of a first scan of small files.
+        // channel parks this thread and every receive wakes one. (With
+        // this and [`Jobs`], a first scan of 20,000 small files spends
+        // 0.15 s in the kernel, where it spent 0.35.)
         let full = batch.len() >= RESULTS_PER_SEND || held >= RESULT_BYTES_PER_SEND;
         if full || results.is_empty() {
             held = 0;
