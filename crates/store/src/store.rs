@@ -6,8 +6,8 @@ use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rusqlite::types::ValueRef;
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
+use rusqlite::types::{Value, ValueRef};
+use rusqlite::{params, params_from_iter, Connection, OpenFlags, OptionalExtension, Transaction};
 use sha2::{Digest, Sha256};
 
 use crate::model::{
@@ -1294,26 +1294,33 @@ fn insert_track(tx: &Transaction<'_>, t: &ScannedTrack, scanned_tags: &[u8; 32])
     let id = last.unwrap_or(0).checked_add(1).ok_or(StoreError::IdsUsedUp)?;
     insert_structure(tx, id, t)?;
     insert_file_tags(tx, id, t)?;
+    let columns = [Value::from(id), Value::from(t.backing_path.clone())];
     tx.prepare_cached(
         "INSERT INTO tracks (id, backing_path, format, audio_offset, audio_length, \
          file_size, mtime_ns, ctime_ns, fingerprint, scanned_at, passthrough, scanned_tags) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     )?
-    .execute(params![
-        id,
-        t.backing_path,
-        t.format.as_str(),
-        t.audio_offset as i64,
-        t.audio_length as i64,
-        t.stamps.size as i64,
-        t.stamps.mtime_ns,
-        t.stamps.ctime_ns,
-        t.fingerprint.as_ref().map(|f| &f[..]),
-        now_secs(),
-        t.passthrough,
-        &scanned_tags[..],
-    ])?;
+    .execute(params_from_iter(
+        columns.into_iter().chain(probed_columns(t, scanned_tags)),
+    ))?;
     Ok(id)
+}
+
+/// What a probe sets in a track's row: `format` to `scanned_tags`, in the
+/// order the statements above and below name them.
+fn probed_columns(t: &ScannedTrack, scanned_tags: &[u8; 32]) -> [Value; 10] {
+    [
+        Value::from(t.format.as_str().to_string()),
+        Value::from(t.audio_offset as i64),
+        Value::from(t.audio_length as i64),
+        Value::from(t.stamps.size as i64),
+        Value::from(t.stamps.mtime_ns),
+        Value::from(t.stamps.ctime_ns),
+        Value::from(t.fingerprint.map(|f| f.to_vec())),
+        Value::from(now_secs()),
+        Value::from(t.passthrough.clone()),
+        Value::from(scanned_tags.to_vec()),
+    ]
 }
 
 /// The tags and pictures read from the file, for a track that has none.
@@ -1365,19 +1372,9 @@ fn update_scanned(tx: &Transaction<'_>, id: i64, t: &ScannedTrack, scanned_tags:
          file_size = ?5, mtime_ns = ?6, ctime_ns = ?7, fingerprint = ?8, legacy_fingerprint = NULL, \
          scanned_at = ?9, passthrough = ?10, scanned_tags = ?11 WHERE id = ?1",
     )?
-    .execute(params![
-        id,
-        t.format.as_str(),
-        t.audio_offset as i64,
-        t.audio_length as i64,
-        t.stamps.size as i64,
-        t.stamps.mtime_ns,
-        t.stamps.ctime_ns,
-        t.fingerprint.as_ref().map(|f| &f[..]),
-        now_secs(),
-        t.passthrough,
-        &scanned_tags[..],
-    ])?;
+    .execute(params_from_iter(
+        std::iter::once(Value::from(id)).chain(probed_columns(t, scanned_tags)),
+    ))?;
     for table in ["flac_blocks", "backing_parts"] {
         tx.execute(&format!("DELETE FROM {table} WHERE track_id = ?1"), [id])?;
     }
