@@ -359,6 +359,37 @@ def test_a_full_or_read_only_file_system_under_the_store_is_named_as_such(store,
         subprocess.run(["umount", str(small)], check=False)
 
 
+def test_a_scan_that_fills_the_disk_says_so_and_the_next_one_finishes(tmp_path, library):
+    """The store's file system fills while a first scan writes: the scan
+    stops with the disk-full hint, and once there is room the next scan
+    adds every track."""
+    lyrics = library / "lyrics"
+    lyrics.mkdir()
+    first = lyrics / "00.flac"
+    shutil.copy(os.path.join(FIXTURES, "tagged.flac"), first)
+    tags = FLAC(first)
+    tags["lyrics"] = "la " * 40_000
+    tags.save()
+    for i in range(1, 40):
+        shutil.copy(first, lyrics / f"{i:02}.flac")
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)], check=True)
+    try:
+        db = str(small / "store.db")
+        p = run("scan", str(library), "--db", db, check=False)
+        assert p.returncode == 1, p
+        assert "database or disk is full" in p.stderr, p.stderr
+        assert "KiB free" in p.stderr and "free some space" in p.stderr, p.stderr
+        subprocess.run(["mount", "-o", "remount,size=64m", str(small)], check=True)
+        summary = json.loads(run("scan", str(library), "--db", db, "--json").stdout)
+        exported = json.loads(run("export", "--db", db).stdout)
+        # The fixtures hold one truncated file, refused.
+        assert (len(exported), summary["failed"]) == (9 + 40, 1), summary
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
+
+
 def test_a_reader_that_stops_early_is_no_error(store, library):
     # More output than a pipe holds: export must write after `head` is gone.
     run("tag", "--db", str(store), "set", str(library / "tagged.flac"), "comment=" + "x" * 120_000)

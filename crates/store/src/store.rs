@@ -106,8 +106,16 @@ pub enum StoreError {
          tracks cannot be numbered: give that track a smaller id"
     )]
     IdsUsedUp,
-    #[error(transparent)]
-    Sql(#[from] rusqlite::Error),
+    /// SQLite's own error, said once: rusqlite's source (the code's text)
+    /// repeats it in an error's chain.
+    #[error("{0}")]
+    Sql(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> StoreError {
+        StoreError::Sql(e)
+    }
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -236,8 +244,11 @@ const LOW_ROOM: u64 = 64 << 20;
 /// database file").
 pub fn storage_hint(error: &(dyn std::error::Error + 'static), db: &Path) -> Option<String> {
     let code = std::iter::successors(Some(error), |e| e.source()).find_map(|e| {
-        e.downcast_ref::<rusqlite::Error>()
-            .and_then(|e| e.sqlite_error_code())
+        let sql = match e.downcast_ref::<StoreError>() {
+            Some(StoreError::Sql(e)) => Some(e),
+            _ => e.downcast_ref::<rusqlite::Error>(),
+        };
+        sql.and_then(|e| e.sqlite_error_code())
     })?;
     let dir = db
         .parent()
