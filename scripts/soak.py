@@ -96,7 +96,9 @@ class Soak:
         with self.lock:
             self.counts[what] += 1
             if error is not None:
-                self.unexpected.append(f"{what}: {error}")
+                # The time, to find the failure in the mount's log.
+                at = time.strftime("%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03}Z"
+                self.unexpected.append(f"{at} {what}: {error}")
 
     def served_files(self):
         return [os.path.join(d, f) for d, _, fs in os.walk(self.mnt) for f in fs]
@@ -130,10 +132,18 @@ class Soak:
 
     def expected_failure(self, ino):
         """Whether reads of the served file with inode `ino` may fail now
-        (files are inode track id + 1)."""
+        (files are inode track id + 1; None if the stat failed)."""
+        track = None if ino is None else ino - 1
+        with self.lock:
+            known = track is None or track in self.backing_of
+        if not known:
+            # A re-scan added it anew (its file was refused while it was
+            # truncated, when the store was last replaced): learn its id.
+            with self.writing():
+                self.learn_tracks()
         with self.lock:
             now = time.time()
-            return self.disturbed.get(self.backing_of.get(ino - 1), 0) > now or self.replacing_until > now
+            return self.disturbed.get(self.backing_of.get(track), 0) > now or self.replacing_until > now
 
     def reader(self, rng):
         while not self.stop.is_set():
@@ -141,9 +151,12 @@ class Soak:
             if not files:
                 continue
             f = rng.choice(files)
+            step, ino = "stat", None
             try:
                 ino = os.stat(f).st_ino
+                step = "open"
                 with open(f, "rb") as h:
+                    step = "read"
                     size = os.fstat(h.fileno()).st_size
                     if rng.random() < 0.5:
                         if len(h.read()) != size:
@@ -161,7 +174,9 @@ class Soak:
                     self.count("EIO while the backing file was truncated or not yet re-scanned, "
                                "or the store replaced")
                 else:
-                    self.count("read errors", f"{f}: {e}")
+                    with self.lock:
+                        backing = self.backing_of.get((ino or 0) - 1)
+                    self.count("read errors", f"{step} of {f} (inode {ino}, track of {backing}): {e}")
 
     def retagger(self, rng):
         while not self.stop.is_set():
