@@ -4,8 +4,9 @@
 -- The scanner writes a new track's tags and picture links before the track
 -- row itself, in the same transaction: these triggers then find no track,
 -- and the track's `added` entry stands for everything it was created with.
--- Per tag row, the log entry and the bump of the track's row were 40% of a
--- first scan. Edits of existing tracks log as before.
+-- Per tag row, the log entry and the bump of the track's row took 0.35 s
+-- of a 0.85 s first scan of 20,000 small files. Edits of existing tracks
+-- log as before.
 DROP TRIGGER tags_insert;
 CREATE TRIGGER tags_insert AFTER INSERT ON tags
 WHEN EXISTS (SELECT 1 FROM tracks WHERE id = NEW.track_id) BEGIN
