@@ -405,6 +405,8 @@ def test_scan_summary_and_rescan(tmp_path, library):
     assert first["failures"][0]["path"].endswith("truncated.flac")
     again = json.loads(run("scan", str(library), "--db", db, "--json").stdout)
     assert (again["added"], again["updated"], again["unchanged"]) == (0, 0, 9)
+    # The file refused before is unchanged: counted and named again.
+    assert (again["failed"], again["failures"]) == (1, first["failures"])
 
 
 def test_dry_run_prints_sample_and_counts(store, tmp_path):

@@ -692,6 +692,14 @@ pub fn scan(
         mut kinds,
         seen,
     } = compare(&walked, &known, &mut known_failures, &mut summary);
+    let unchanged_failures: HashSet<&str> = walked
+        .files
+        .iter()
+        .zip(&kinds)
+        .filter(|(_, kind)| **kind == Some(EntryKind::Failure))
+        .map(|((path, _), _)| path.as_str())
+        .collect();
+    name_unchanged_failures(db, &unchanged_failures, &mut summary)?;
     let missing_rows: Vec<usize> = (0..known.len())
         .filter(|&row| !seen[row] && under_roots(known.path(row), &roots))
         .filter(|&row| {
@@ -814,12 +822,58 @@ fn finish_unchanged(
         store::trim_change_log(&tx, CHANGE_LOG_KEEP)?;
         tx.commit()?;
     }
-    Ok(ScanSummary {
+    let mut summary = ScanSummary {
         unchanged: walked.reused.tracks,
         failed: walked.reused.failures,
         skipped: walked.reused.not_audio + walked.reused.skipped_by_name,
         ..ScanSummary::default()
-    })
+    };
+    if walked.reused.failures > 0 {
+        let recorded = recorded_failures(walked, previous);
+        let paths = recorded.iter().map(String::as_str).collect();
+        name_unchanged_failures(db, &paths, &mut summary)?;
+    }
+    Ok(summary)
+}
+
+/// The files of folders taken from the record that a scan refused before.
+fn recorded_failures(walked: &Walked, previous: &ScannedDirs) -> Vec<String> {
+    let mut out = Vec::new();
+    for dir in walked.dirs.iter().filter(|d| d.from_record) {
+        let Some(recorded) = previous.get(&dir.path) else {
+            continue;
+        };
+        let Some(entries) = recorded.entries() else {
+            continue;
+        };
+        out.extend(
+            entries
+                .iter()
+                .filter(|e| e.kind == EntryKind::Failure)
+                .filter_map(|e| e.name.to_str().ok())
+                .map(|name| format!("{}/{name}", dir.path)),
+        );
+    }
+    out
+}
+
+/// Lists, with the reasons recorded when they were probed, the failures a
+/// scan counted without probing them again (their files are unchanged):
+/// a re-scan names every file it counts as failed, as the first scan did.
+fn name_unchanged_failures(
+    db: &Store,
+    paths: &HashSet<&str>,
+    summary: &mut ScanSummary,
+) -> anyhow::Result<()> {
+    if paths.is_empty() {
+        return Ok(());
+    }
+    let recorded = db.failures()?.into_iter();
+    summary
+        .failures
+        .extend(recorded.filter(|(path, _)| paths.contains(path.as_str())));
+    summary.failures.sort_unstable();
+    Ok(())
 }
 
 /// The walk's files held against the store.

@@ -145,6 +145,16 @@ fn scan_counts_rescan_and_prune() {
         (0, 0, 8, 1),
         "{again:?}"
     );
+    // A re-scan names the file it counts as failed, with the reason the
+    // scan that probed it gave: from the folders' record, and when every
+    // folder is listed.
+    assert_eq!(again.failures, s.failures);
+    let listed = ScanOptions {
+        full: true,
+        ..opts(dir.path(), false)
+    };
+    let listed = scan(&mut db, &listed, &|_| {}).unwrap();
+    assert_eq!((listed.unchanged, listed.failures), (8, s.failures.clone()));
 
     std::fs::remove_file(dir.path().join("tagged.ogg")).unwrap();
     let kept = scan(&mut db, &opts(dir.path(), false), &|_| {}).unwrap();
