@@ -2,6 +2,7 @@
 //! and the library that resolves and reads served files. Everything the
 //! FUSE adapter does is a call into this crate, testable without a mount.
 
+mod failure_log;
 pub mod import;
 pub mod library;
 pub mod read_ahead;

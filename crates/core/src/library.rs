@@ -17,6 +17,7 @@ use retagfs_formats::{
 };
 use retagfs_store::{text_for_display, text_to_path, Store, SynthesisRows, TrackBundle, TrackRow};
 
+use crate::failure_log::failure_to_log;
 use crate::read_ahead::{will_need, KernelHints, ReadAhead};
 use crate::storage::{self, Storage};
 use crate::template::{Fallbacks, Fields, Template};
@@ -924,10 +925,15 @@ impl Library {
             }
         }
         let src = Sources { lib: self, file };
-        file.layout.read_at(offset, out, &src).map_err(|e| {
-            tracing::warn!("{}: read at {offset} failed: {e}", file.track.backing_path);
-            eio()
-        })?;
+        if let Err(e) = file.layout.read_at(offset, out, &src) {
+            // A file cut short since the scan fails its reads: say that,
+            // which tells what to do.
+            check_stamps(&file.track, &file.backing, Log::Yes)?;
+            if let Some(more) = failure_to_log(file.track.id, "read") {
+                tracing::warn!("{}: read at {offset} failed: {e}{more}", file.track.backing_path);
+            }
+            return Err(eio());
+        }
         // Checked after reading: bytes read from a file rewritten meanwhile
         // are never returned. (A file replaced by rename keeps serving the
         // old inode, which is still consistent.)
@@ -944,12 +950,20 @@ enum Log {
     No,
 }
 
-/// EIO, logged when asked to, for track `id` failing at `what`.
+/// EIO, logged when asked to (see [`failure_to_log`]), for track `id`
+/// failing at `what`.
 fn failed(id: i64, log: Log, what: &str, e: &dyn std::fmt::Display) -> io::Error {
-    if log == Log::Yes {
-        tracing::error!("track {id}: {what}: {e}");
+    if let Some(more) = logged(id, "prepare", log) {
+        tracing::error!("track {id}: {what}: {e}{more}");
     }
     eio()
+}
+
+/// Whether to log a failure of kind `kind` of track `id`: asked to, and
+/// not logged within the last minute (the suffix says how many were left
+/// out).
+fn logged(id: i64, kind: &'static str, log: Log) -> Option<String> {
+    (log == Log::Yes).then(|| failure_to_log(id, kind)).flatten()
 }
 
 /// Runs of sorted track ids close enough together to be read as one
@@ -982,8 +996,8 @@ fn open_backing(track: &TrackRow, log: Log) -> io::Result<File> {
             io::Error::from_raw_os_error(code)
         }
         code => {
-            if log == Log::Yes {
-                tracing::warn!("{}: cannot open backing file: {e}", track.backing_path);
+            if let Some(more) = logged(track.id, "open", log) {
+                tracing::warn!("{}: cannot open backing file: {e}{more}", track.backing_path);
             }
             io::Error::from_raw_os_error(if code == Some(libc::ENOENT) {
                 libc::ENOENT
@@ -1002,15 +1016,14 @@ fn check_stamps(track: &TrackRow, backing: &File, log: Log) -> io::Result<()> {
     let meta = backing.metadata().map_err(|_| eio())?;
     let now = crate::stamps(&meta);
     if now.size != track.stamps.size || now.mtime_ns != track.stamps.mtime_ns {
-        if log == Log::No {
-            return Err(eio());
+        if let Some(more) = logged(track.id, "changed", log) {
+            tracing::warn!(
+                "{}: backing file changed since it was scanned (size {} -> {}); run `retagfs scan` again{more}",
+                track.backing_path,
+                track.stamps.size,
+                now.size
+            );
         }
-        tracing::warn!(
-            "{}: backing file changed since it was scanned (size {} -> {}); run `retagfs scan` again",
-            track.backing_path,
-            track.stamps.size,
-            now.size
-        );
         return Err(eio());
     }
     Ok(())
@@ -1034,10 +1047,12 @@ impl SegmentSource for Sources<'_> {
             // Checked while the connection is in use: the store cannot be
             // replaced between the check and the read.
             if self.file.store_generation != self.lib.pool.generation() {
-                tracing::error!(
-                    "{}: the store was replaced while this file was open: its picture cannot be read; open it again",
-                    self.file.track.backing_path
-                );
+                if let Some(more) = failure_to_log(self.file.track.id, "replaced") {
+                    tracing::error!(
+                        "{}: the store was replaced while this file was open: its picture cannot be read; open it again{more}",
+                        self.file.track.backing_path
+                    );
+                }
                 return Err(eio());
             }
             store
