@@ -218,6 +218,29 @@ def test_a_second_signal_stops_at_once_with_files_open(store, mount):
     assert f" {m.mnt} " not in open("/proc/mounts").read()
 
 
+def test_a_second_mount_on_a_mountpoint_in_use_says_what_is_mounted_there(store, mount):
+    m = mount(store)
+    p = run("mount", str(m.mnt), "--db", str(store), check=False)
+    assert p.returncode == 1 and "is in use" in p.stderr, p.stderr
+    assert "retagfs:" in p.stderr and "fusermount3 -u" in p.stderr, p.stderr
+    assert os.listdir(m.mnt), "the first mount still serves"
+
+
+def test_an_empty_mountpoint_that_is_a_mount_itself_is_mounted_on(store, mount, tmp_path):
+    """A container's bind-mounted volume is a mountpoint, and empty."""
+    if os.geteuid() != 0:
+        pytest.skip("SKIPPED LOUDLY: a bind mount needs root")
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    subprocess.run(["mount", "--bind", str(volume), str(volume)], check=True)
+    try:
+        m = mount(store, name="volume")
+        assert len(files_of(m.mnt)) == len(export(store))
+        m.stop()
+    finally:
+        subprocess.run(["umount", str(volume)], check=True)
+
+
 def test_art_set_is_served(store, mount, library):
     run("art", "--db", str(store), "set", str(library / "untagged.flac"), str(library / "cover.png"))
     t = next(t for t in export(store) if t["backing_path"].endswith("/untagged.flac"))
