@@ -57,14 +57,11 @@ fn offer_io_uring() -> anyhow::Result<bool> {
 fn mounted_at(p: &Path) -> Option<String> {
     let at = p.canonicalize().ok()?;
     let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
-    mounts
-        .lines()
-        .filter_map(|line| {
-            let mut fields = line.split(' ').map(unescape_mount_field);
-            let (source, target, kind) = (fields.next()?, fields.next()?, fields.next()?);
-            (Path::new(&target) == at).then(|| format!("{source} ({kind})"))
-        })
-        .last()
+    mounts.lines().rev().find_map(|line| {
+        let mut fields = line.split(' ').map(unescape_mount_field);
+        let (source, target, kind) = (fields.next()?, fields.next()?, fields.next()?);
+        (Path::new(&target) == at).then(|| format!("{source} ({kind})"))
+    })
 }
 
 /// A field of `/proc/self/mounts`, whose spaces, tabs, newlines and
