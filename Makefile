@@ -7,7 +7,7 @@ APT_PACKAGES := gcc fuse3 pkg-config ffmpeg flac lame vorbis-tools opus-tools so
 CARGO := $(shell command -v cargo || echo $$HOME/.cargo/bin/cargo)
 BIN := target/release/retagfs
 
-.PHONY: all deps build test lint unit e2e demo fixtures clean bench fuzz soak
+.PHONY: all deps build install test lint unit e2e demo fixtures clean bench fuzz soak
 
 all: build
 
@@ -28,6 +28,13 @@ deps:
 
 build: deps
 	$(CARGO) build --release --locked
+
+# Installs the binary for everyday use and for contrib/systemd's units
+# (PREFIX=/usr/local by default: /usr/local/bin/retagfs).
+PREFIX ?= /usr/local
+install:
+	@[ -x $(BIN) ] || $(MAKE) build
+	$(SUDO) install -D -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/retagfs
 
 lint:
 	$(CARGO) fmt --all -- --check
