@@ -52,44 +52,6 @@ fn offer_io_uring() -> anyhow::Result<bool> {
     Ok(true)
 }
 
-/// What is mounted at `p` ("source (type)"), when `p` is a mountpoint:
-/// the last of `/proc/self/mounts`' lines for it, which is the one seen.
-fn mounted_at(p: &Path) -> Option<String> {
-    let at = p.canonicalize().ok()?;
-    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
-    mounts.lines().rev().find_map(|line| {
-        let mut fields = line.split(' ').map(unescape_mount_field);
-        let (source, target, kind) = (fields.next()?, fields.next()?, fields.next()?);
-        (Path::new(&target) == at).then(|| format!("{source} ({kind})"))
-    })
-}
-
-/// A field of `/proc/self/mounts`, whose spaces, tabs, newlines and
-/// backslashes are written as octal escapes (`\040`).
-fn unescape_mount_field(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = bytes
-            .get(i + 1..i + 4)
-            .filter(|d| bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)))
-            .map(|d| d.iter().fold(0u32, |n, b| n * 8 + u32::from(b - b'0')))
-            .and_then(|n| u8::try_from(n).ok());
-        match escaped {
-            Some(b) => {
-                out.push(b);
-                i += 4;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// Paths shown by `--dry-run`.
 const SAMPLE: usize = 20;
 
@@ -103,7 +65,7 @@ fn check_mountpoint(p: &Path) -> anyhow::Result<()> {
                 // container's bind-mounted volume).
                 return Ok(());
             }
-            if let Some(what) = mounted_at(p) {
+            if let Some(what) = retagfs_fuse::mounted::mounted_at(p) {
                 bail!(
                     "mountpoint {} is in use: {what} is mounted there; unmount it first (`fusermount3 -u {}` for a FUSE mount) or mount somewhere else",
                     p.display(),
@@ -260,28 +222,5 @@ fn stop_on_signals(mut signals: signal_hook::iterator::Signals, mut unmounter: U
         // unmounted by hand.
         let _ = unmounter.detach();
         std::process::exit(0);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mount_table_fields_are_unescaped() {
-        assert_eq!(unescape_mount_field(r"/mnt/My\040Music"), "/mnt/My Music");
-        assert_eq!(unescape_mount_field(r"a\134b\011c"), "a\\b\tc");
-        // Not an escape: kept as written.
-        assert_eq!(unescape_mount_field(r"x\9y\777\04"), r"x\9y\777\04");
-    }
-
-    #[test]
-    fn a_mountpoint_in_use_is_named_with_what_is_mounted_there() {
-        // The root is a mountpoint everywhere; a fresh folder is not.
-        assert!(mounted_at(Path::new("/")).is_some());
-        let dir = std::env::temp_dir().join(format!("retagfs-mounted-at-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        assert_eq!(mounted_at(&dir), None);
-        std::fs::remove_dir(&dir).unwrap();
     }
 }

@@ -73,23 +73,59 @@ pub fn served_tracks(path: &Path, meta: &Metadata) -> io::Result<Vec<i64>> {
 /// `major:minor`, from the text of `/proc/self/mountinfo`.
 fn view_on_device(mountinfo: &str, major: u32, minor: u32) -> Option<(PathBuf, Option<PathBuf>)> {
     let device = format!("{major}:{minor}");
-    mountinfo.lines().find_map(|line| {
+    mountinfo.lines().filter_map(MountEntry::parse).find_map(|m| {
+        let is_view = matches!(m.fs_type, "fuse" | "fuse.retagfs")
+            && (m.source == SOURCE || m.source.starts_with(SOURCE_WITH_STORE));
+        if m.device != device || !is_view {
+            return None;
+        }
+        let store = m
+            .source
+            .strip_prefix(SOURCE_WITH_STORE)
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from);
+        Some((PathBuf::from(m.mount_point), store))
+    })
+}
+
+/// What is mounted at `path` ("source (type)") when it is a mountpoint:
+/// the last mount there in `/proc/self/mountinfo`, the one that is seen.
+pub fn mounted_at(path: &Path) -> Option<String> {
+    let at = path.canonicalize().ok()?;
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mounted_at_in(&table, &at)
+}
+
+fn mounted_at_in(mountinfo: &str, at: &Path) -> Option<String> {
+    mountinfo
+        .lines()
+        .rev()
+        .filter_map(MountEntry::parse)
+        .find(|m| Path::new(&m.mount_point) == at)
+        .map(|m| format!("{} ({})", m.source, m.fs_type))
+}
+
+/// The fields of a line of `/proc/self/mountinfo` used here.
+struct MountEntry<'a> {
+    device: &'a str,
+    mount_point: String,
+    fs_type: &'a str,
+    source: String,
+}
+
+impl<'a> MountEntry<'a> {
+    fn parse(line: &'a str) -> Option<MountEntry<'a>> {
         let fields: Vec<&str> = line.split(' ').collect();
         // id, parent, major:minor, root, mount point, options, optional
         // fields up to "-", then type, source, super options.
         let dash = fields.iter().position(|&f| f == "-")?;
-        let (fs_type, source) = (fields.get(dash + 1)?, unescape(fields.get(dash + 2)?));
-        let is_view = matches!(*fs_type, "fuse" | "fuse.retagfs")
-            && (source == SOURCE || source.starts_with(SOURCE_WITH_STORE));
-        if fields.get(2) != Some(&device.as_str()) || !is_view {
-            return None;
-        }
-        let store = source
-            .strip_prefix(SOURCE_WITH_STORE)
-            .filter(|p| !p.is_empty())
-            .map(PathBuf::from);
-        Some((PathBuf::from(unescape(fields.get(4)?)), store))
-    })
+        Some(MountEntry {
+            device: fields.get(2)?,
+            mount_point: unescape(fields.get(4)?),
+            fs_type: fields.get(dash + 1)?,
+            source: unescape(fields.get(dash + 2)?),
+        })
+    }
 }
 
 /// A mountinfo field with its octal escapes (`\040` for a space) undone.
@@ -156,6 +192,24 @@ mod tests {
         assert_eq!(view_on_device(TABLE, 0, 42), None);
         assert_eq!(view_on_device(TABLE, 0, 99), None);
         assert_eq!(view_on_device("garbage\n\n- -\n", 0, 39), None);
+    }
+
+    #[test]
+    fn what_is_mounted_at_a_mountpoint_is_its_last_mount() {
+        let at = |p| mounted_at_in(TABLE, Path::new(p));
+        assert_eq!(
+            at("/home/me/clean view").as_deref(),
+            Some("retagfs:/home/me/my music.db (fuse)")
+        );
+        assert_eq!(at("/").as_deref(), Some("/dev/sda1 (ext4)"));
+        assert_eq!(at("/home/me"), None);
+        let stacked = format!("{TABLE}48 46 0:43 / /mnt/old rw - tmpfs tmpfs rw\n");
+        assert_eq!(
+            mounted_at_in(&stacked, Path::new("/mnt/old")).as_deref(),
+            Some("tmpfs (tmpfs)")
+        );
+        // The root is a mountpoint everywhere.
+        assert!(mounted_at(Path::new("/")).is_some());
     }
 
     #[test]
