@@ -38,8 +38,8 @@ impl FailureLog {
             }
             let suffix = match *left_out {
                 0 => String::new(),
-                1 => " (1 more like it since the last line, not logged)".to_string(),
-                n => format!(" ({n} more like it since the last line, not logged)"),
+                1 => " (1 more like it, not logged, since the previous such line)".to_string(),
+                n => format!(" ({n} more like it, not logged, since the previous such line)"),
             };
             (*last, *left_out) = (now, 0);
             return Some(suffix);
@@ -80,11 +80,14 @@ mod tests {
         assert_eq!(log.check(7, "read", at(2)).as_deref(), Some(""));
         let later = start + REPEAT_EVERY;
         let line = log.check(7, "open", later).expect("logged again after a minute");
-        assert_eq!(line, " (3 more like it since the last line, not logged)");
+        assert_eq!(
+            line,
+            " (3 more like it, not logged, since the previous such line)"
+        );
         assert_eq!(log.check(7, "open", later + Duration::from_secs(1)), None);
         assert_eq!(
             log.check(7, "open", later + REPEAT_EVERY).as_deref(),
-            Some(" (1 more like it since the last line, not logged)")
+            Some(" (1 more like it, not logged, since the previous such line)")
         );
     }
 
