@@ -105,7 +105,9 @@ pub struct ScanSummary {
     /// Files that are not audio (by content and name).
     pub skipped: u64,
     pub elapsed: Duration,
-    /// (path, reason) of files that failed in this scan.
+    /// (path, reason) of every file counted in `failed`, by path: those
+    /// that failed in this scan, and those unchanged since a scan that
+    /// refused them (with the reason recorded then).
     pub failures: Vec<(String, String)>,
 }
 
@@ -781,6 +783,7 @@ pub fn scan(
     }
     store::trim_change_log(&tx, CHANGE_LOG_KEEP)?;
     tx.commit()?;
+    summary.failures.sort_unstable();
     summary.elapsed = started.elapsed();
     Ok(summary)
 }
@@ -832,6 +835,7 @@ fn finish_unchanged(
         let recorded = recorded_failures(walked, previous);
         let paths = recorded.iter().map(String::as_str).collect();
         name_unchanged_failures(db, &paths, &mut summary)?;
+        summary.failures.sort_unstable();
     }
     Ok(summary)
 }
@@ -872,7 +876,6 @@ fn name_unchanged_failures(
     summary
         .failures
         .extend(recorded.filter(|(path, _)| paths.contains(path.as_str())));
-    summary.failures.sort_unstable();
     Ok(())
 }
 
