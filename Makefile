@@ -29,11 +29,13 @@ deps:
 build: deps
 	$(CARGO) build --release --locked
 
-# Installs the binary for everyday use and for contrib/systemd's units
-# (PREFIX=/usr/local by default: /usr/local/bin/retagfs).
+# Installs the binary `make build` made, for everyday use and for
+# contrib/systemd's units (PREFIX=/usr/local by default). It builds
+# nothing itself: run as root, it would build with root's toolchain, if any,
+# or install a binary older than the sources.
 PREFIX ?= /usr/local
 install:
-	@[ -x $(BIN) ] || $(MAKE) build
+	@[ -x $(BIN) ] || { echo "no $(BIN): run \`make build\` first"; exit 1; }
 	$(SUDO) install -D -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/retagfs
 
 lint:
