@@ -929,7 +929,7 @@ impl Library {
             // A file cut short since the scan fails its reads: say that,
             // which tells what to do.
             check_stamps(&file.track, &file.backing, Log::Yes)?;
-            if let Some(more) = failure_to_log(file.track.id, "read") {
+            if let Some(more) = logged(file.track.id, "read", Log::Yes) {
                 tracing::warn!("{}: read at {offset} failed: {e}{more}", file.track.backing_path);
             }
             return Err(eio());
@@ -950,7 +950,7 @@ enum Log {
     No,
 }
 
-/// EIO, logged when asked to (see [`failure_to_log`]), for track `id`
+/// EIO, logged when asked to (see [`logged`]), for track `id`
 /// failing at `what`.
 fn failed(id: i64, log: Log, what: &str, e: &dyn std::fmt::Display) -> io::Error {
     if let Some(more) = logged(id, "prepare", log) {
@@ -1046,14 +1046,11 @@ impl SegmentSource for Sources<'_> {
         let n = self.lib.pool.with(|store| {
             // Checked while the connection is in use: the store cannot be
             // replaced between the check and the read.
+            // The caller logs the failure, once, as a failed read.
             if self.file.store_generation != self.lib.pool.generation() {
-                if let Some(more) = failure_to_log(self.file.track.id, "replaced") {
-                    tracing::error!(
-                        "{}: the store was replaced while this file was open: its picture cannot be read; open it again{more}",
-                        self.file.track.backing_path
-                    );
-                }
-                return Err(eio());
+                return Err(io::Error::other(
+                    "the store was replaced while this file was open: its picture cannot be read; open it again",
+                ));
             }
             store
                 .read_art(rowid, offset, buf)
