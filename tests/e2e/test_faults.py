@@ -84,20 +84,22 @@ def test_read_errors_short_reads_and_a_vanished_disk(tmp_path, faulty, mount):
 
 def test_a_library_on_network_storage_is_scanned_on_many_threads(tmp_path, faulty, library):
     """Scanning storage where every request is a round trip waits rather
-    than computes: the scan then walks and probes on 16 threads (one per
-    core on local disks). faultfs is a FUSE file system, which counts as
-    network storage; each metadata request there waits 5 ms."""
+    than computes: the scan then walks and probes on 16 threads (on local
+    disks it walks on one per core and probes on at least 8, as a first
+    scan waits on the disk). faultfs is a FUSE file system, which counts
+    as network storage; each metadata request there waits 5 ms."""
     backing, control = faulty
     set_faults(control, "mode=ok meta_delay_ms=5")
     cores = len(os.sched_getaffinity(0))
     network = run("scan", "-v", "--json", str(backing), "--db", str(tmp_path / "network.db"))
-    assert f"walking and probing on {max(cores, 16)} threads" in network.stderr
+    many = max(cores, 16)
+    assert f"walking on {many} threads, probing on {many}" in network.stderr
     local = run("scan", "-v", "--json", str(library), "--db", str(tmp_path / "local.db"))
-    assert f"walking and probing on {cores} threads" in local.stderr
+    assert f"walking on {cores} threads, probing on {max(cores, 8)}" in local.stderr
     # The same files found and probed either way.
     found = [json.loads(p.stdout) for p in (network, local)]
     assert found[0]["added"] == found[1]["added"] > 0
     assert found[0]["failed"] == found[1]["failed"]
     # -j still decides.
-    assert "walking and probing on 3 threads" in run(
+    assert "walking on 3 threads, probing on 3" in run(
         "scan", "-v", "-j", "3", str(backing), "--db", str(tmp_path / "network.db")).stderr

@@ -83,9 +83,10 @@ pub struct ScanArgs {
     /// The store (created if missing).
     #[arg(long)]
     pub db: PathBuf,
-    /// Folders read and files probed in parallel (default: one per core, or
-    /// 16 when a folder given is on network storage or FUSE, where each
-    /// thread mostly waits on round trips).
+    /// Threads that read folders, and threads that probe files (default:
+    /// one per core for folders and at least 8 for files, as a first scan
+    /// mostly waits on the disk; 16 for each when a folder given is on
+    /// network storage or FUSE, where every request is a round trip).
     #[arg(long, short)]
     pub jobs: Option<usize>,
     /// Follow symbolic links (loops are detected and skipped).

@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use retagfs_core::scan::{default_jobs, open_store, scan, Progress, ScanOptions, ScanSummary};
+use retagfs_core::scan::{open_store, scan, Progress, ScanOptions, ScanSummary, Threads};
 
 use crate::args::ScanArgs;
 
@@ -12,12 +12,18 @@ const LISTED_FAILURES: usize = 20;
 
 pub fn run(a: ScanArgs) -> anyhow::Result<()> {
     let mut store = open_store(&a.db)?;
-    let jobs = a.jobs.unwrap_or_else(|| default_jobs(&a.dirs));
-    tracing::info!("walking and probing on {jobs} threads");
+    let threads = a
+        .jobs
+        .map_or_else(|| Threads::default_for(&a.dirs), Threads::same);
+    tracing::info!(
+        "walking on {} threads, probing on {}",
+        threads.walk,
+        threads.probe
+    );
     let opts = ScanOptions {
         roots: a.dirs,
         follow_symlinks: a.follow_symlinks,
-        jobs,
+        threads,
         prune: a.prune,
         full: a.full,
     };

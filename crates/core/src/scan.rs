@@ -51,7 +51,7 @@ const UNSERVED_AUDIO: &[&str] = &[
 pub struct ScanOptions {
     pub roots: Vec<PathBuf>,
     pub follow_symlinks: bool,
-    pub jobs: usize,
+    pub threads: Threads,
     pub prune: bool,
     /// List every folder again instead of taking unchanged ones from the
     /// last scan's record.
@@ -59,17 +59,25 @@ pub struct ScanOptions {
 }
 
 impl ScanOptions {
-    /// A plain scan of `roots` probing on `jobs` threads: no symlinks
-    /// followed, nothing pruned, unchanged folders taken from the record.
+    /// A plain scan of `roots` walking and probing on `jobs` threads each:
+    /// no symlinks followed, nothing pruned, unchanged folders taken from
+    /// the last scan's record.
     pub fn new(roots: Vec<PathBuf>, jobs: usize) -> ScanOptions {
         ScanOptions {
             roots,
             follow_symlinks: false,
-            jobs,
+            threads: Threads::same(jobs),
             prune: false,
             full: false,
         }
     }
+}
+
+/// The threads a scan reads folders on, and those it probes files on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Threads {
+    pub walk: usize,
+    pub probe: usize,
 }
 
 /// Threads that walk and probe when a root is on network storage (or
@@ -77,14 +85,38 @@ impl ScanOptions {
 /// (docs/benchmarks.md: 8x faster than two threads at 1 ms a request).
 pub const NETWORK_JOBS: usize = 16;
 
-/// The threads a scan of `roots` walks and probes on when not told: one
-/// per core, or [`NETWORK_JOBS`] if any root is on network storage.
-pub fn default_jobs(roots: &[PathBuf]) -> usize {
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    if roots.iter().any(|r| storage::of_path(r) == Storage::Network) {
-        cores.max(NETWORK_JOBS)
-    } else {
-        cores
+/// The fewest threads that probe files on local storage. A first scan
+/// reads each file's head and end, which are seldom in the page cache, and
+/// a disk answers several reads at once: 20,000 generated tracks scanned
+/// from a cold cache in 3.2-3.6 s against 5.0-5.1 s on one thread per
+/// core (two cores), for 3% more time when every file is cached
+/// (docs/benchmarks.md).
+pub const LOCAL_PROBE_JOBS: usize = 8;
+
+impl Threads {
+    /// `jobs` threads for each (`--jobs`).
+    pub fn same(jobs: usize) -> Threads {
+        Threads {
+            walk: jobs,
+            probe: jobs,
+        }
+    }
+
+    /// The threads a scan of `roots` works on when not told: on network
+    /// storage [`NETWORK_JOBS`] for each; else one per core for the walk,
+    /// whose `statx` calls an unchanged library answers from memory (more
+    /// threads than cores made a re-scan a fifth slower), and at least
+    /// [`LOCAL_PROBE_JOBS`] for probes.
+    pub fn default_for(roots: &[PathBuf]) -> Threads {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        if roots.iter().any(|r| storage::of_path(r) == Storage::Network) {
+            Threads::same(cores.max(NETWORK_JOBS))
+        } else {
+            Threads {
+                walk: cores,
+                probe: cores.max(LOCAL_PROBE_JOBS),
+            }
+        }
     }
 }
 
@@ -366,7 +398,7 @@ fn read_span<'b>(src: &Source<'_>, offset: u64, len: u64, buf: &'b mut [u8]) -> 
 
 /// Probes jobs until there are none left to take; `sha256`: whether new
 /// files need the fingerprint of stores before version 5 too.
-fn worker<'a>(jobs: &Jobs<'_, 'a>, results: Sender<Vec<Outcome<'a>>>, sha256: bool) {
+fn worker<'a>(jobs: &Jobs<'_, 'a>, results: Sender<Vec<Outcome<'a>>>, sha256: bool, bytes_per_send: usize) {
     let mut buf = Vec::new();
     let (mut batch, mut held) = (Vec::new(), 0);
     while let Some(job) = jobs.take() {
@@ -380,7 +412,7 @@ fn worker<'a>(jobs: &Jobs<'_, 'a>, results: Sender<Vec<Outcome<'a>>>, sha256: bo
         // channel parks this thread and every receive wakes one. (With
         // this and [`Jobs`], a first scan of 20,000 small files spends
         // 0.15 s in the kernel, where it spent 0.35.)
-        let full = batch.len() >= RESULTS_PER_SEND || held >= RESULT_BYTES_PER_SEND;
+        let full = batch.len() >= RESULTS_PER_SEND || held >= bytes_per_send;
         if full || results.is_empty() {
             held = 0;
             if results.send(std::mem::take(&mut batch)).is_err() {
@@ -395,9 +427,12 @@ fn worker<'a>(jobs: &Jobs<'_, 'a>, results: Sender<Vec<Outcome<'a>>>, sha256: bo
 
 /// Results a probing thread holds before it sends them, at most...
 const RESULTS_PER_SEND: usize = 16;
-/// ... and the bytes of tags and pictures they may hold (large covers go
-/// one at a time).
-const RESULT_BYTES_PER_SEND: usize = 1 << 20;
+/// ... and the bytes of tags and pictures all probing threads together
+/// may hold in unsent results, shared out between them (large covers go
+/// one at a time). A scan's peak memory grows with it: 8 threads holding
+/// 1 MiB each took a first scan of 20,000 tracks with covers from 22 to
+/// 33-42 MiB.
+const RESULT_BYTES_UNSENT: usize = 2 << 20;
 
 /// The files to probe, taken in order by the probing threads: an index
 /// to bump rather than a channel to feed (whose every job woke a
@@ -663,7 +698,7 @@ pub fn scan(
             crate::walk::walk(
                 &roots,
                 opts.follow_symlinks,
-                opts.jobs,
+                opts.threads.walk,
                 &wanted,
                 &on_progress,
                 cache.as_ref(),
@@ -741,7 +776,7 @@ pub fn scan(
         summary: &mut summary,
     };
     let sha256 = results.moved_from.may_want_sha256(db)?;
-    probe_and_write(db, opts.jobs, sha256, todo, &mut results, progress)?;
+    probe_and_write(db, opts.threads.probe, sha256, todo, &mut results, progress)?;
 
     tracing::debug!("probed and written at {:?}", started.elapsed());
     let still_missing: HashSet<i64> = missing.into_iter().filter(|id| !moved.contains(id)).collect();
@@ -952,9 +987,10 @@ fn probe_and_write<'a>(
         next: AtomicUsize::new(0),
     };
     std::thread::scope(|s| {
+        let bytes_per_send = RESULT_BYTES_UNSENT / jobs.max(1);
         for _ in 0..jobs.max(1) {
             let (todo, results) = (&todo, res_tx.clone());
-            s.spawn(move || worker(todo, results, sha256));
+            s.spawn(move || worker(todo, results, sha256, bytes_per_send));
         }
         drop(res_tx);
         write_results(db, res_rx, results, progress)
