@@ -4,7 +4,8 @@
 Generates its libraries, then measures retagfs beside the same operation done
 directly on the backing files in the same run, as a ratio:
 
-  scan      first scan and re-scan of 20k tiny FLACs (2,000 artists x 10
+  scan      first scan (warm, and cold against one thread per core) and
+            re-scan of 20k tiny FLACs (2,000 artists x 10
             tracks), the scan of them moved to another path, first scan
             of 200 mixed-format tracks and of 2,000 tiny FLACs with covers
             or with long lyrics; peak RSS
@@ -395,6 +396,8 @@ def bench_scan(work, n, runs, mixed=True):
     row("scan", f"first scan, {n} tiny FLACs", spread(firsts),
         note=f"{n / statistics.median(firsts):.0f} files/s")
     row("scan", "peak RSS of the first scan", statistics.median(rss), unit="MiB")
+    if mixed:
+        cold_first_scan(work, lib, n, runs)
     db = os.path.join(work, f"scan-{n}-0.db")
     # Re-scans take tens of milliseconds: a median of three wandered by a
     # third between runs of the suite.
@@ -416,6 +419,28 @@ def bench_scan(work, n, runs, mixed=True):
     row("scan", f"first scan, {LYRICS_TRACKS} tiny FLACs, {LYRICS_BYTES // 1000} kB lyrics on every tenth",
         first_scans(work, sung, "lyrics", runs), note="each album's first track carries long lyrics")
     return lib, db
+
+
+def cold_first_scan(work, lib, n, runs):
+    """A first scan as users run it, the library not in the page cache:
+    the default threads (8 probing on local disks) against one per core."""
+    if not drop_caches():
+        print("(cold scan row skipped: cannot write /proc/sys/vm/drop_caches without root)")
+        return
+    cores = len(os.sched_getaffinity(0))
+    db = os.path.join(work, f"scan-{n}-cold.db")
+    def cold(*extra):
+        remove_store(db)
+        drop_caches()
+        return scan(lib, db, *extra)[0]
+    # Alternated: a stretch of load weighs on both sides alike.
+    pairs = [(cold(), cold("-j", str(cores))) for _ in range(runs)]
+    row("scan", f"first scan, {n} tiny FLACs, cold", spread([p[0] for p in pairs]),
+        spread([p[1] for p in pairs]), note=f"direct = -j {cores} (one thread per core)")
+    # The rows after this one are warm: what a scan reads is read again.
+    remove_store(db)
+    scan(lib, db)
+    remove_store(db)
 
 
 def bench_tree(work, lib, db, runs, label=""):
