@@ -1045,8 +1045,8 @@ impl SegmentSource for Sources<'_> {
     fn read_art(&self, rowid: i64, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let n = self.lib.pool.with(|store| {
             // Checked while the connection is in use: the store cannot be
-            // replaced between the check and the read.
-            // The caller logs the failure, once, as a failed read.
+            // replaced between the check and the read. The caller logs the
+            // failure, once, as a failed read.
             if self.file.store_generation != self.lib.pool.generation() {
                 return Err(io::Error::other(
                     "the store was replaced while this file was open: its picture cannot be read; open it again",

@@ -88,7 +88,7 @@ pub const NETWORK_JOBS: usize = 16;
 /// The fewest threads that probe files on local storage. A first scan
 /// reads each file's head and end, which are seldom in the page cache, and
 /// a disk answers several reads at once: 20,000 generated tracks scanned
-/// from a cold cache in 3.2-3.6 s against 5.0-5.1 s on one thread per
+/// from a cold cache in 2.9-3.9 s against 4.8-5.1 s on one thread per
 /// core (two cores), for 3% more time when every file is cached
 /// (docs/benchmarks.md).
 pub const LOCAL_PROBE_JOBS: usize = 8;
@@ -429,9 +429,9 @@ fn worker<'a>(jobs: &Jobs<'_, 'a>, results: Sender<Vec<Outcome<'a>>>, sha256: bo
 const RESULTS_PER_SEND: usize = 16;
 /// ... and the bytes of tags and pictures all probing threads together
 /// may hold in unsent results, shared out between them (large covers go
-/// one at a time). A scan's peak memory grows with it: 8 threads holding
-/// 1 MiB each took a first scan of 20,000 tracks with covers from 22 to
-/// 33-42 MiB.
+/// one at a time), so that more threads do not hold more: with 8 threads
+/// holding 1 MiB each, a first scan of 20,000 tracks with covers peaked at
+/// 37-42 MiB, with this bound at 32-39.
 const RESULT_BYTES_UNSENT: usize = 2 << 20;
 
 /// The files to probe, taken in order by the probing threads: an index
