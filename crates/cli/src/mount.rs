@@ -143,8 +143,7 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
         _ => Id3Version::V24,
     };
     let store = crate::open_existing(&a.db)?;
-    let tracks = store.track_count()?;
-    if tracks == 0 {
+    if !store.has_tracks()? {
         bail!(
             "the store {} has no tracks: run `retagfs scan <MUSIC_DIR> --db {}` first",
             a.db.display(),

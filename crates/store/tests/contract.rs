@@ -35,9 +35,11 @@ fn changes(db: &Store) -> i64 {
 fn edits_bump_version_and_append_to_the_change_log() {
     let dir = tempfile::tempdir().unwrap();
     let mut db = Store::open(&dir.path().join("s.db")).unwrap();
+    assert!(!db.has_tracks().unwrap());
     let tx = db.write().unwrap();
     let id = store::write_scanned(&tx, &track("/m/a.flac"), None).unwrap();
     tx.commit().unwrap();
+    assert!(db.has_tracks().unwrap());
     assert_eq!(db.tags(id).unwrap()[0], ("artist".to_string(), "A".to_string()));
     let v0 = db.track(id).unwrap().unwrap().content_version;
     let c0 = changes(&db);
