@@ -130,6 +130,35 @@ fn art_link_without_its_art_row() {
     assert_eio(after_lie(Format::Flac, lie), "missing art row");
 }
 
+/// The index a mount reads pictures' details from (schema version 7),
+/// dropped by a tool: the store loads and serves the same bytes.
+#[test]
+fn a_store_without_its_picture_index_serves_the_same_files() {
+    let (_dir, db_path) = scanned();
+    let ids: Vec<i64> = {
+        let db = Store::open(&db_path).unwrap();
+        let mut stmt = db.conn().prepare("SELECT id FROM tracks ORDER BY id").unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let before = serve_all(&load(&db_path), &ids);
+    Store::open(&db_path)
+        .unwrap()
+        .conn()
+        .execute_batch("DROP INDEX art_meta")
+        .unwrap();
+    let after = serve_all(&load(&db_path), &ids);
+    for id in &ids {
+        assert_eq!(
+            before[id].as_ref().unwrap(),
+            after[id].as_ref().unwrap(),
+            "track {id}"
+        );
+    }
+}
+
 #[test]
 fn format_that_does_not_match_the_file() {
     for (format, claimed) in [

@@ -751,7 +751,11 @@ impl Store {
         let mut tags = self
             .conn
             .prepare("SELECT track_id, key, value FROM tags ORDER BY track_id, key, position")?;
-        let mut art = self.conn.prepare(&every_art_link_query())?;
+        let mut art = match self.conn.prepare(&every_art_link_query(true)) {
+            Ok(statement) => statement,
+            // A store whose index a tool dropped loads as before version 7.
+            Err(_) => self.conn.prepare(&every_art_link_query(false))?,
+        };
         let mut blocks = self.conn.prepare(
             "SELECT track_id, block_type, length(data) FROM flac_blocks ORDER BY track_id, position",
         )?;
@@ -1224,13 +1228,15 @@ fn part_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, BackingPart)> 
 const ART_LINK_COLUMNS: &str = "l.track_id, a.rowid, a.sha256, a.mime, a.width, a.height, \
      a.depth, length(a.data), l.picture_type, l.description";
 
-/// Every track's picture links, for [`Store::for_each_track`]: read from
-/// the `art_meta` index alone, never the art rows, which lie one to a page
-/// between the pictures' bytes (schema_v7.sql). Unasked, SQLite would
-/// look the rows up through the table's unique index on `sha256`.
-fn every_art_link_query() -> String {
+/// Every track's picture links, for [`Store::for_each_track`]: with
+/// `indexed`, read from the `art_meta` index alone, never the art rows,
+/// which lie one to a page between the pictures' bytes (schema_v7.sql).
+/// Unasked, SQLite would look the rows up through the table's unique index
+/// on `sha256`.
+fn every_art_link_query(indexed: bool) -> String {
+    let index = if indexed { "INDEXED BY art_meta" } else { "" };
     format!(
-        "SELECT {ART_LINK_COLUMNS} FROM track_art l JOIN art a INDEXED BY art_meta \
+        "SELECT {ART_LINK_COLUMNS} FROM track_art l JOIN art a {index} \
          ON a.sha256 = l.art_sha256 ORDER BY l.track_id, l.position"
     )
 }
@@ -1687,7 +1693,7 @@ mod tests {
         let db = Store::open(&dir.path().join("s.db")).unwrap();
         let plan: Vec<String> = db
             .conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {}", every_art_link_query()))
+            .prepare(&format!("EXPLAIN QUERY PLAN {}", every_art_link_query(true)))
             .unwrap()
             .query_map([], |r| r.get::<_, String>(3))
             .unwrap()
