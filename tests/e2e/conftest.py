@@ -25,6 +25,9 @@ def fuse_unavailable():
 
 def run(*args, check=True, **kw):
     p = subprocess.run([BIN, *args], capture_output=True, text=True, **kw)
+    # The allocator's settings are compiled in: one it does not take is
+    # warned about at every start.
+    assert "<jemalloc>" not in p.stderr, p.stderr
     if check and p.returncode != 0:
         raise AssertionError("retagfs %s failed (%d): %s" % (" ".join(args), p.returncode, p.stderr))
     return p
