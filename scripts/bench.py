@@ -421,22 +421,30 @@ def bench_scan(work, n, runs, mixed=True):
     return lib, db
 
 
+def first_scans_against_one_per_core(lib, db, runs, before=lambda: None):
+    """First scans of `lib` into a new store `db` with the default threads
+    and with `-j` one per core, taking turns (a stretch of load weighs on
+    both alike), `before` run ahead of each: (cores, spread of the default,
+    spread of one per core)."""
+    cores = len(os.sched_getaffinity(0))
+    def first(*extra):
+        remove_store(db)
+        before()
+        return scan(lib, db, *extra)[0]
+    pairs = [(first(), first("-j", str(cores))) for _ in range(runs)]
+    return cores, spread([p[0] for p in pairs]), spread([p[1] for p in pairs])
+
+
 def cold_first_scan(work, lib, n, runs):
     """A first scan as users run it, the library not in the page cache:
     the default threads (8 probing on local disks) against one per core."""
     if not drop_caches():
         print("(cold scan row skipped: cannot write /proc/sys/vm/drop_caches without root)")
         return
-    cores = len(os.sched_getaffinity(0))
     db = os.path.join(work, f"scan-{n}-cold.db")
-    def cold(*extra):
-        remove_store(db)
-        drop_caches()
-        return scan(lib, db, *extra)[0]
-    # Alternated: a stretch of load weighs on both sides alike.
-    pairs = [(cold(), cold("-j", str(cores))) for _ in range(runs)]
-    row("scan", f"first scan, {n} tiny FLACs, cold", spread([p[0] for p in pairs]),
-        spread([p[1] for p in pairs]), note=f"direct = -j {cores} (one thread per core)")
+    cores, ours, per_core = first_scans_against_one_per_core(lib, db, runs, before=drop_caches)
+    row("scan", f"first scan, {n} tiny FLACs, cold", ours, per_core,
+        note=f"direct = -j {cores} (one thread per core)")
     # The rows after this one are warm: what a scan reads is read again.
     remove_store(db)
     scan(lib, db)
@@ -705,17 +713,13 @@ def bench_slow_scan(work, runs, n=2000, delay_ms=1):
     """A library behind retagfs-faultfs, where every lookup, getattr,
     listing, open and read waits `delay_ms`: first scan and re-scan with the
     default threads (16 on network storage) against one per core."""
-    cores = len(os.sched_getaffinity(0))
     faults = f"delay_ms={delay_ms} meta_delay_ms={delay_ms}"
     with slow_view(work, make_flac_library(work, n), "slow-scan", faults) as slow:
         db = os.path.join(work, "slow-scan.db")
-        def first(*extra):
-            remove_store(db)
-            return scan(slow, db, *extra)[0]
+        cores, ours, one_per_core = first_scans_against_one_per_core(slow, db, runs)
+        row("slow", f"first scan, {n} tracks, {delay_ms} ms/request", ours, one_per_core,
+            note=f"direct = -j {cores} (one thread per core)")
         per_core = ["-j", str(cores)]
-        firsts = [(first(), first(*per_core)) for _ in range(runs)]
-        row("slow", f"first scan, {n} tracks, {delay_ms} ms/request", spread([f[0] for f in firsts]),
-            spread([f[1] for f in firsts]), note=f"direct = -j {cores} (one thread per core)")
         row("slow", f"re-scan, {n} unchanged, {delay_ms} ms/request",
             *alternated(lambda: scan(slow, db), lambda: scan(slow, db, *per_core), runs),
             note=f"direct = -j {cores}")
