@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use sha2::{Digest, Sha256};
 
@@ -142,20 +142,21 @@ const REMEMBERED_IMAGES: usize = 16384;
 /// which costs a third as much. An album's cover is embedded in each of
 /// its tracks, so a scan meets the same bytes again and again: a first
 /// scan of 20,000 tracks, each embedding its album's 100 kB cover, spent
-/// 30% of its CPU time in sha256.
+/// 30% of its CPU time in sha256. Probes that meet a new image at once
+/// wait for the first one's sha256 rather than each computing it (they
+/// did, 2,500-3,500 times for 2,000 covers).
 fn image_sha256(data: &[u8]) -> [u8; 32] {
-    static SEEN: LazyLock<Mutex<HashMap<[u8; 32], [u8; 32]>>> = LazyLock::new(Mutex::default);
+    type Seen = HashMap<[u8; 32], Arc<OnceLock<[u8; 32]>>>;
+    static SEEN: LazyLock<Mutex<Seen>> = LazyLock::new(Mutex::default);
     let key: [u8; 32] = blake3::hash(data).into();
-    if let Some(sha256) = SEEN.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return *sha256;
-    }
-    let sha256: [u8; 32] = Sha256::digest(data).into();
-    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
-    if seen.len() >= REMEMBERED_IMAGES {
-        seen.clear();
-    }
-    seen.insert(key, sha256);
-    sha256
+    let sha256 = {
+        let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.len() >= REMEMBERED_IMAGES && !seen.contains_key(&key) {
+            seen.clear();
+        }
+        Arc::clone(seen.entry(key).or_default())
+    };
+    *sha256.get_or_init(|| Sha256::digest(data).into())
 }
 
 /// A picture found in a backing file.
