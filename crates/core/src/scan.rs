@@ -1166,15 +1166,20 @@ struct Results<'a> {
 
 /// The single writer: applies results in batched transactions. Each
 /// result is written as it comes (while the probes go on), and the
-/// transaction is committed once it has a batch or has gathered for a
-/// while: each commit rewrites the pages it touched into the WAL, and
-/// results come a few at a time.
+/// transaction is committed once it has a batch, holds
+/// [`HELD_PICTURE_BYTES`] of new pictures, or has gathered for a while:
+/// each commit rewrites the pages it touched into the WAL, and results
+/// come a few at a time. New pictures are stored at the batch's end
+/// ([`store::HeldPictures`]); held rows instead would leave the probes
+/// waiting on the writer's burst (a first scan of 20,000 tracks with 2,000
+/// covers took 15% longer).
 fn write_results(
     db: &mut Store,
     results: Receiver<Vec<Outcome<'_>>>,
     out: &mut Results<'_>,
     progress: &dyn Fn(Progress),
 ) -> anyhow::Result<()> {
+    let mut held = store::HeldPictures::default();
     while let Ok(first) = results.recv() {
         let tx = db.write()?;
         let deadline = Instant::now() + GATHER;
@@ -1183,22 +1188,27 @@ fn write_results(
         while let Some(outcomes) = next.take() {
             for outcome in outcomes {
                 progress(Progress::Probed);
-                write_outcome(&tx, outcome, out)?;
+                write_outcome(&tx, outcome, &mut held, out)?;
                 written += 1;
             }
-            if written < BATCH {
+            if written < BATCH && held.bytes() < HELD_PICTURE_BYTES {
                 next = results.recv_deadline(deadline).ok();
             }
         }
+        held.store(&tx)?;
         tx.commit()?;
     }
     Ok(())
 }
 
-/// Writes one probe's result.
+/// Bytes of new pictures a batch holds at most before it stores them.
+const HELD_PICTURE_BYTES: usize = 4 << 20;
+
+/// Writes one probe's result; the pictures of a new track go to `held`.
 fn write_outcome(
     tx: &store::Transaction<'_>,
     outcome: Outcome<'_>,
+    held: &mut store::HeldPictures,
     out: &mut Results<'_>,
 ) -> anyhow::Result<()> {
     let Results {
@@ -1208,13 +1218,13 @@ fn write_outcome(
         summary,
     } = out;
     match outcome {
-        Outcome::Scanned(job, probed) => {
+        Outcome::Scanned(job, mut probed) => {
             kinds[job.index] = Some(EntryKind::Track);
             let was_moved = match job.existing {
                 None => moved_from.take(tx, probed.fingerprints(), job.path)?,
                 Some(_) => None,
             };
-            let track = &probed.track;
+            let track = &mut probed.track;
             if let Some((id, old)) = was_moved {
                 if !under_roots(&old, &moved_from.roots) {
                     // Its folder's record (from a scan of that
@@ -1228,11 +1238,15 @@ fn write_outcome(
                 moved.insert(id);
                 summary.moved += 1;
             } else {
-                store::write_scanned(tx, track, job.existing)?;
-                if job.existing.is_some() {
-                    summary.updated += 1;
-                } else {
-                    summary.added += 1;
+                match job.existing {
+                    Some(id) => {
+                        store::write_scanned(tx, track, Some(id))?;
+                        summary.updated += 1;
+                    }
+                    None => {
+                        store::add_scanned(tx, track, held)?;
+                        summary.added += 1;
+                    }
                 }
             }
         }

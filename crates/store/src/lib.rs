@@ -22,8 +22,9 @@ pub use path_text::{bytes_to_text, path_to_text, text_for_display, text_to_path}
 pub use rusqlite::Transaction;
 pub use scanned_dirs::{DirEntry, DirStamp, Entries, EntryKind, InvalidRecord, ScannedDir, ScannedDirs};
 pub use store::{
-    add_tag, beside, configure_sqlite, delete_orphan_art, forget_scanned_dir, forget_scanned_dirs_under,
-    insert_art, link_art, move_track, record_failure, remove_art, remove_failure, remove_track,
-    save_scanned_dir, set_art, set_tag, storage_hint, tracks_with_fingerprint, trim_change_log,
-    write_scanned, PathMap, Result, ScanLock, Store, StoreError, SCHEMA_VERSION, STATEMENT_JOURNAL_IN_MEMORY,
+    add_scanned, add_tag, beside, configure_sqlite, delete_orphan_art, forget_scanned_dir,
+    forget_scanned_dirs_under, insert_art, link_art, move_track, record_failure, remove_art, remove_failure,
+    remove_track, save_scanned_dir, set_art, set_tag, storage_hint, tracks_with_fingerprint, trim_change_log,
+    write_scanned, HeldPictures, PathMap, Result, ScanLock, Store, StoreError, SCHEMA_VERSION,
+    STATEMENT_JOURNAL_IN_MEMORY,
 };

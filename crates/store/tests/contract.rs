@@ -758,3 +758,91 @@ fn a_track_is_named_by_id_by_its_path_or_by_a_path_that_resolves_to_it() {
         Err(StoreError::NoSuchTrack(_))
     ));
 }
+
+/// A track at `path` with 2 kB of lyrics, embedding a 20 kB picture of
+/// its own, every byte but the first `0xA5`.
+fn track_with_own_picture(path: &str, n: u8) -> ScannedTrack {
+    let mut t = track(path);
+    t.tags.push(("lyrics".into(), "la ".repeat(700)));
+    let mut data = vec![0xA5; 20_000];
+    data[0] = n;
+    let art = NewArt { data, ..tiny_png() };
+    t.pictures = vec![store::ScannedPicture {
+        sha256: art.sha256(),
+        art,
+        picture_type: 3,
+        description: String::new(),
+    }];
+    t
+}
+
+/// Runs of pages in the store file that hold pictures: their bytes
+/// (mostly `0xA5`) or their rows (with their MIME type), with the WAL
+/// checkpointed into the file.
+fn picture_page_runs(db: Store, path: &std::path::Path) -> usize {
+    drop(db);
+    let file = std::fs::read(path).unwrap();
+    let is_picture = |page: &[u8]| {
+        page.iter().filter(|&&b| b == 0xA5).count() > page.len() / 2
+            || page.windows(9).any(|w| w == b"image/png")
+    };
+    let pages: Vec<bool> = file.chunks(4096).map(is_picture).collect();
+    pages.windows(2).filter(|w| w[1] && !w[0]).count()
+}
+
+#[test]
+fn pictures_held_back_lie_together_after_the_rows_of_their_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (held_path, inline_path) = (dir.path().join("held.db"), dir.path().join("inline.db"));
+    let mut held_db = Store::open(&held_path).unwrap();
+    let mut inline_db = Store::open(&inline_path).unwrap();
+    let (tx, inline_tx) = (held_db.write().unwrap(), inline_db.write().unwrap());
+    let mut held = store::HeldPictures::default();
+    for n in 0..100u8 {
+        let path = format!("/m/{n}.flac");
+        let mut t = track_with_own_picture(&path, n);
+        store::write_scanned(&inline_tx, &t, None).unwrap();
+        store::add_scanned(&tx, &mut t, &mut held).unwrap();
+        assert!(t.pictures[0].art.data.is_empty(), "its bytes are held");
+        // The second track of an album: the same picture, held once.
+        let mut again = track_with_own_picture(&format!("{path}.2"), n);
+        store::add_scanned(&tx, &mut again, &mut held).unwrap();
+    }
+    assert_eq!(held.bytes(), 100 * 20_000);
+    held.store(&tx).unwrap();
+    assert_eq!(held.bytes(), 0);
+    tx.commit().unwrap();
+    inline_tx.commit().unwrap();
+
+    for id in [1, 2, 199, 200] {
+        let link = &held_db.art_links(id).unwrap()[0];
+        let (_, data) = held_db.art_data(&link.sha256).unwrap();
+        assert_eq!(
+            data,
+            track_with_own_picture("/", ((id - 1) / 2) as u8).pictures[0]
+                .art
+                .data
+        );
+    }
+    let count = |db: &Store, sql| db.conn().query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
+    assert_eq!(count(&held_db, "SELECT count(*) FROM art"), 100);
+    assert_eq!(count(&held_db, "SELECT count(*) FROM track_art"), 200);
+    assert_eq!(count(&held_db, "SELECT count(*) FROM tags"), 800);
+
+    // Stored as they come, each picture lies between the pages the rows
+    // around it grew the tables by (102 runs when this was written).
+    // Held, they lie in one run, besides the first pages of the picture
+    // table and its indexes, made with the schema.
+    let inline_runs = picture_page_runs(inline_db, &inline_path);
+    assert!(inline_runs >= 50, "{inline_runs} runs");
+    let held_runs = picture_page_runs(held_db, &held_path);
+    assert!(held_runs <= 4, "{held_runs} runs");
+
+    // A picture the store has is not held again.
+    let mut db = Store::open(&held_path).unwrap();
+    let tx = db.write().unwrap();
+    let mut t = track_with_own_picture("/m/new.flac", 7);
+    store::add_scanned(&tx, &mut t, &mut held).unwrap();
+    assert_eq!(held.bytes(), 0);
+    tx.commit().unwrap();
+}
