@@ -84,9 +84,10 @@ pub struct ScanArgs {
     #[arg(long)]
     pub db: PathBuf,
     /// Threads that read folders, and threads that probe files (default:
-    /// one per core for folders and at least 8 for files, as a first scan
-    /// mostly waits on the disk; 16 for each when a folder given is on
-    /// network storage or FUSE, where every request is a round trip).
+    /// one per core for folders, 16 once the walk finds itself waiting on
+    /// the disk, and at least 8 for files, as a first scan mostly waits on
+    /// the disk; 16 for each when a folder given is on network storage or
+    /// FUSE, where every request is a round trip).
     #[arg(long, short)]
     pub jobs: Option<usize>,
     /// Follow symbolic links (loops are detected and skipped).

@@ -15,9 +15,15 @@ pub fn run(a: ScanArgs) -> anyhow::Result<()> {
     let threads = a
         .jobs
         .map_or_else(|| Threads::default_for(&a.dirs), Threads::same);
+    let walk = threads.walk;
+    let on_disk = if walk.on_disk > walk.start {
+        format!(" ({} once it waits on the disk)", walk.on_disk)
+    } else {
+        String::new()
+    };
     tracing::info!(
-        "walking on {} threads, probing on {}",
-        threads.walk,
+        "walking on {} threads{on_disk}, probing on {}",
+        walk.start,
         threads.probe
     );
     let opts = ScanOptions {

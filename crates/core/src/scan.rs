@@ -18,6 +18,7 @@ use retagfs_store::{
 };
 
 use crate::storage::{self, Storage};
+pub use crate::walk::WalkThreads;
 use crate::walk::{DirCache, Walked};
 use sha2::{Digest, Sha256};
 
@@ -76,7 +77,7 @@ impl ScanOptions {
 /// The threads a scan reads folders on, and those it probes files on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Threads {
-    pub walk: usize,
+    pub walk: WalkThreads,
     pub probe: usize,
 }
 
@@ -97,7 +98,7 @@ impl Threads {
     /// `jobs` threads for each (`--jobs`).
     pub fn same(jobs: usize) -> Threads {
         Threads {
-            walk: jobs,
+            walk: WalkThreads::fixed(jobs),
             probe: jobs,
         }
     }
@@ -105,7 +106,8 @@ impl Threads {
     /// The threads a scan of `roots` works on when not told: on network
     /// storage [`NETWORK_JOBS`] for each; else one per core for the walk,
     /// whose `statx` calls an unchanged library answers from memory (more
-    /// threads than cores made a re-scan a fifth slower), and at least
+    /// threads than cores made a re-scan a fifth slower), growing to
+    /// [`NETWORK_JOBS`] once it waits on the disk, and at least
     /// [`LOCAL_PROBE_JOBS`] for probes.
     pub fn default_for(roots: &[PathBuf]) -> Threads {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -113,7 +115,10 @@ impl Threads {
             Threads::same(cores.max(NETWORK_JOBS))
         } else {
             Threads {
-                walk: cores,
+                walk: WalkThreads {
+                    start: cores,
+                    on_disk: cores.max(NETWORK_JOBS),
+                },
                 probe: cores.max(LOCAL_PROBE_JOBS),
             }
         }
@@ -707,7 +712,12 @@ pub fn scan(
         let known = (!expect_unchanged).then(|| load_known(db));
         (walk.join().expect("walk panicked"), known)
     });
-    tracing::debug!("walked {} files at {:?}", walked.files.len(), started.elapsed());
+    tracing::debug!(
+        "walked {} files on {} threads at {:?}",
+        walked.files.len(),
+        walked.threads,
+        started.elapsed()
+    );
     if expect_unchanged && nothing_changed(&walked) {
         let mut summary = finish_unchanged(db, &walked, &previous, started_ns)?;
         summary.elapsed = started.elapsed();

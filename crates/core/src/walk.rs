@@ -45,6 +45,9 @@ pub struct Walked {
     pub unreadable: Vec<String>,
     /// What the folders found as recorded hold, by kind.
     pub reused: Reused,
+    /// Threads the walk ran on (more than it started on if it waited on
+    /// the disk).
+    pub threads: usize,
 }
 
 /// Counts of the entries of folders found as recorded.
@@ -112,9 +115,43 @@ struct Queue {
     busy: usize,
 }
 
+/// The threads a walk reads folders on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalkThreads {
+    /// Threads it starts on.
+    pub start: usize,
+    /// Threads it grows to once they wait on the disk (no more than
+    /// `start`: it never grows).
+    pub on_disk: usize,
+}
+
+impl WalkThreads {
+    /// `n` threads, whatever the disk does.
+    pub fn fixed(n: usize) -> WalkThreads {
+        WalkThreads { start: n, on_disk: n }
+    }
+}
+
+/// Bytes read from the disk (in 512-byte units) by the walk's threads
+/// together past which it starts the rest of its threads: a few dozen
+/// folder or inode blocks not in the cache. A walk of an unchanged,
+/// cached library reads none.
+const DISK_BOUND: u64 = 256;
+
+/// Folders a thread reads between looks at what it read from the disk.
+const DIRS_PER_LOOK: usize = 16;
+
 struct Shared<'a> {
     queue: Mutex<Queue>,
     wake: Condvar,
+    /// Threads not started yet, started once the walk waits on the disk.
+    reserve: AtomicUsize,
+    /// What the walk's threads read from the disk so far, as they looked.
+    disk_read: AtomicU64,
+    /// Reads the calling thread's count of bytes read from the disk.
+    thread_disk_reads: fn() -> u64,
+    /// What each thread found, as it ends.
+    parts: Mutex<Vec<Walked>>,
     /// Workers waiting for directories (read without the lock, to decide
     /// whether to share).
     idle: AtomicUsize,
@@ -129,13 +166,34 @@ struct Shared<'a> {
 /// thread now and then. `cache` (used only for one root walked without
 /// following symlinks, where every folder is reached once) records the
 /// folders walked and reuses unchanged ones.
+///
+/// A walk starts on `threads.start` threads (one per core by default: a
+/// cached library's `statx` calls are answered from memory) and grows to
+/// `threads.on_disk` once its threads read from the disk: then each waits
+/// on a read most of the time, and the disk answers several at once (a
+/// re-scan of 20,000 tracks in 4,001 folders from a cold cache, two
+/// cores: 0.26-0.28 s on two threads, 0.13 s on sixteen).
 pub fn walk(
     roots: &[PathBuf],
     follow: bool,
-    threads: usize,
+    threads: WalkThreads,
     wanted: &(dyn Fn(&str) -> bool + Sync),
     progress: &dyn Fn(u64),
     cache: Option<&DirCache<'_>>,
+) -> Walked {
+    walk_counting(roots, follow, threads, wanted, progress, cache, thread_disk_reads)
+}
+
+/// [`walk`], reading what each thread read from the disk with
+/// `thread_disk_reads`.
+fn walk_counting(
+    roots: &[PathBuf],
+    follow: bool,
+    threads: WalkThreads,
+    wanted: &(dyn Fn(&str) -> bool + Sync),
+    progress: &dyn Fn(u64),
+    cache: Option<&DirCache<'_>>,
+    thread_disk_reads: fn() -> u64,
 ) -> Walked {
     // Overlapping roots, or a symlink to a file also in the library, can
     // find a file twice.
@@ -153,45 +211,39 @@ pub fn walk(
             },
         })
         .collect();
+    let start = threads.start.max(1);
     let shared = Shared {
-        queue: Mutex::new(Queue {
-            dirs,
-            busy: threads.max(1),
-        }),
+        queue: Mutex::new(Queue { dirs, busy: start }),
         idle: AtomicUsize::new(0),
         wake: Condvar::new(),
+        reserve: AtomicUsize::new(threads.on_disk.saturating_sub(start)),
+        disk_read: AtomicU64::new(0),
+        thread_disk_reads,
+        parts: Mutex::new(Vec::new()),
         found: AtomicU64::new(0),
         follow,
         wanted,
         cache,
     };
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(0);
-    let parts: Vec<Walked> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads.max(1))
-            .map(|_| {
-                let done = done_tx.clone();
-                let shared = &shared;
-                s.spawn(move || {
-                    let out = worker(shared);
-                    drop(done);
-                    out
-                })
-            })
-            .collect();
+    std::thread::scope(|s| {
+        for _ in 0..start {
+            start_worker(s, &shared, done_tx.clone());
+        }
         drop(done_tx);
         // Nothing is ever sent: the channel disconnects once every worker
-        // is done.
+        // (those started later too) is done.
         while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
             done_rx.recv_timeout(Duration::from_millis(100))
         {
             progress(shared.found.load(Ordering::Relaxed));
         }
-        workers
-            .into_iter()
-            .map(|w| w.join().expect("walk worker panicked"))
-            .collect()
     });
-    let mut out = Walked::default();
+    let parts = shared.parts.into_inner().unwrap_or_else(|e| e.into_inner());
+    let mut out = Walked {
+        threads: parts.len(),
+        ..Walked::default()
+    };
     // One allocation each: the parts' vectors are freed right after.
     out.files.reserve_exact(parts.iter().map(|p| p.files.len()).sum());
     out.dirs.reserve_exact(parts.iter().map(|p| p.dirs.len()).sum());
@@ -226,12 +278,31 @@ pub fn identity(path: &Path) -> Option<(u64, u64)> {
     Some((device(&m), m.stx_ino))
 }
 
+/// Starts a worker on `s`; it holds `done` until it ends.
+fn start_worker<'scope, 'a>(
+    s: &'scope std::thread::Scope<'scope, '_>,
+    shared: &'scope Shared<'a>,
+    done: crossbeam_channel::Sender<()>,
+) {
+    s.spawn(move || {
+        let out = worker(s, shared, &done);
+        shared.parts.lock().unwrap_or_else(|e| e.into_inner()).push(out);
+    });
+}
+
 /// Each worker reads its own stack of directories depth-first and gives
 /// half of it away only when another worker is idle: the shared queue's
-/// lock is taken a few times per walk, not twice per directory.
-fn worker(shared: &Shared<'_>) -> Walked {
+/// lock is taken a few times per walk, not twice per directory. Now and
+/// then it looks at what it read from the disk, and starts the reserve
+/// of workers once the walk has read enough.
+fn worker<'scope>(
+    s: &'scope std::thread::Scope<'scope, '_>,
+    shared: &'scope Shared<'_>,
+    done: &crossbeam_channel::Sender<()>,
+) -> Walked {
     let mut out = Walked::default();
     let mut mine: Vec<Dir> = Vec::new();
+    let (mut dirs_read, mut disk_read) = (0, (shared.thread_disk_reads)());
     loop {
         let dir = match mine.pop() {
             Some(dir) => dir,
@@ -241,12 +312,52 @@ fn worker(shared: &Shared<'_>) -> Walked {
             },
         };
         mine.extend(read_dir(shared, &dir, &mut out));
+        dirs_read += 1;
+        if dirs_read % DIRS_PER_LOOK == 0 && shared.reserve.load(Ordering::Relaxed) > 0 {
+            let now = (shared.thread_disk_reads)();
+            let read = now.saturating_sub(disk_read);
+            let walk_read = shared.disk_read.fetch_add(read, Ordering::Relaxed) + read;
+            disk_read = now;
+            if walk_read >= DISK_BOUND {
+                start_reserve(s, shared, done);
+            }
+        }
         if mine.len() > 1 && shared.idle.load(Ordering::Relaxed) > 0 {
             let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
             queue.dirs.extend(mine.drain(..mine.len() / 2));
             shared.wake.notify_all();
         }
     }
+}
+
+/// Starts the workers held in reserve (once: the first to see the walk
+/// wait on the disk takes them all). They count as busy from now, as the
+/// calling worker is: the walk cannot end before they start.
+fn start_reserve<'scope>(
+    s: &'scope std::thread::Scope<'scope, '_>,
+    shared: &'scope Shared<'_>,
+    done: &crossbeam_channel::Sender<()>,
+) {
+    let n = shared.reserve.swap(0, Ordering::Relaxed);
+    if n == 0 {
+        return;
+    }
+    shared.queue.lock().unwrap_or_else(|e| e.into_inner()).busy += n;
+    for _ in 0..n {
+        start_worker(s, shared, done.clone());
+    }
+}
+
+/// What the calling thread read from the disk so far, in 512-byte units
+/// (`ru_inblock`: reads from a block device it waited on; none for
+/// network file systems, which scan on many threads from the start).
+fn thread_disk_reads() -> u64 {
+    // SAFETY: getrusage fills the struct it is given, zeroed here.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
+        return 0;
+    }
+    usage.ru_inblock as u64
 }
 
 /// A directory from the shared queue once this worker's own are read; None
@@ -683,7 +794,7 @@ mod tests {
 
     fn run(roots: &[PathBuf], follow: bool) -> Walked {
         let wanted = |name: &str| !name.ends_with(".txt");
-        walk(roots, follow, 3, &wanted, &|_| {}, None)
+        walk(roots, follow, WalkThreads::fixed(3), &wanted, &|_| {}, None)
     }
 
     #[test]
@@ -707,6 +818,38 @@ mod tests {
         // Overlapping roots list each file once.
         let w = run(&[root.clone(), root.join("a")], false);
         assert_eq!(w.files.len(), 4);
+    }
+
+    #[test]
+    fn a_walk_that_reads_from_the_disk_goes_on_on_more_threads() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        for a in 0..8 {
+            for b in 0..8 {
+                let folder = root.join(format!("{a}/{b}"));
+                std::fs::create_dir_all(&folder).unwrap();
+                std::fs::write(folder.join("x.flac"), b"x").unwrap();
+            }
+        }
+        fn cached() -> u64 {
+            0
+        }
+        fn cold() -> u64 {
+            static READ: AtomicU64 = AtomicU64::new(0);
+            READ.fetch_add(DISK_BOUND, Ordering::Relaxed)
+        }
+        let roots = std::slice::from_ref(&root);
+        let wanted = |_: &str| true;
+        let walk_with =
+            |threads, disk_reads| walk_counting(roots, false, threads, &wanted, &|_| {}, None, disk_reads);
+        let growing = WalkThreads { start: 1, on_disk: 4 };
+        let (warm, disk) = (walk_with(growing, cached), walk_with(growing, cold));
+        assert_eq!((warm.threads, disk.threads), (1, 4));
+        assert_eq!(names(&warm, &root), names(&disk, &root));
+        assert_eq!(disk.files.len(), 64);
+        // A walk told its threads keeps them.
+        let w = walk_with(WalkThreads::fixed(2), cold);
+        assert_eq!(w.threads, 2);
     }
 
     #[test]
