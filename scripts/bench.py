@@ -396,9 +396,9 @@ def bench_scan(work, n, runs, mixed=True):
     row("scan", f"first scan, {n} tiny FLACs", spread(firsts),
         note=f"{n / statistics.median(firsts):.0f} files/s")
     row("scan", "peak RSS of the first scan", statistics.median(rss), unit="MiB")
-    if mixed:
-        cold_first_scan(work, lib, n, runs)
     db = os.path.join(work, f"scan-{n}-0.db")
+    if mixed:
+        cold_scans(work, lib, db, n, runs)
     # Re-scans take tens of milliseconds: a median of three wandered by a
     # third between runs of the suite.
     rescans = max(runs, RESCAN_RUNS)
@@ -421,34 +421,38 @@ def bench_scan(work, n, runs, mixed=True):
     return lib, db
 
 
-def first_scans_against_one_per_core(lib, db, runs, before=lambda: None):
-    """First scans of `lib` into a new store `db` with the default threads
-    and with `-j` one per core, taking turns (a stretch of load weighs on
-    both alike), `before` run ahead of each: (cores, spread of the default,
+def scans_against_one_per_core(lib, db, runs, before):
+    """Scans of `lib` into the store `db` with the default threads and with
+    `-j` one per core, taking turns (a stretch of load weighs on both
+    alike), `before` run ahead of each: (cores, spread of the default,
     spread of one per core)."""
     cores = len(os.sched_getaffinity(0))
-    def first(*extra):
-        remove_store(db)
+    def one(*extra):
         before()
         return scan(lib, db, *extra)[0]
-    pairs = [(first(), first("-j", str(cores))) for _ in range(runs)]
+    pairs = [(one(), one("-j", str(cores))) for _ in range(runs)]
     return cores, spread([p[0] for p in pairs]), spread([p[1] for p in pairs])
 
 
-def cold_first_scan(work, lib, n, runs):
-    """A first scan as users run it, the library not in the page cache:
-    the default threads (8 probing on local disks) against one per core."""
+def cold_scans(work, lib, db, n, runs):
+    """A first scan and a re-scan as users run them, the library not in the
+    page cache: the default threads (8 probing, and the walk growing to 16
+    once it reads from the disk) against one per core."""
     if not drop_caches():
-        print("(cold scan row skipped: cannot write /proc/sys/vm/drop_caches without root)")
+        print("(cold scan rows skipped: cannot write /proc/sys/vm/drop_caches without root)")
         return
-    db = os.path.join(work, f"scan-{n}-cold.db")
-    cores, ours, per_core = first_scans_against_one_per_core(lib, db, runs, before=drop_caches)
+    fresh = os.path.join(work, f"scan-{n}-cold.db")
+    cores, ours, per_core = scans_against_one_per_core(
+        lib, fresh, runs, before=lambda: (remove_store(fresh), drop_caches()))
     row("scan", f"first scan, {n} tiny FLACs, cold", ours, per_core,
         note=f"direct = -j {cores} (one thread per core)")
-    # The rows after this one are warm: what a scan reads is read again.
-    remove_store(db)
-    scan(lib, db)
-    remove_store(db)
+    remove_store(fresh)
+    cores, ours, per_core = scans_against_one_per_core(lib, db, max(runs, 5), before=drop_caches)
+    row("scan", f"re-scan, {n} unchanged, cold", ours, per_core,
+        note=f"direct = -j {cores} (one thread per core)")
+    # The rows after these are warm: what a scan reads is read again.
+    scan(lib, fresh)
+    remove_store(fresh)
 
 
 def bench_tree(work, lib, db, runs, label=""):
@@ -716,7 +720,7 @@ def bench_slow_scan(work, runs, n=2000, delay_ms=1):
     faults = f"delay_ms={delay_ms} meta_delay_ms={delay_ms}"
     with slow_view(work, make_flac_library(work, n), "slow-scan", faults) as slow:
         db = os.path.join(work, "slow-scan.db")
-        cores, ours, one_per_core = first_scans_against_one_per_core(slow, db, runs)
+        cores, ours, one_per_core = scans_against_one_per_core(slow, db, runs, before=lambda: remove_store(db))
         row("slow", f"first scan, {n} tracks, {delay_ms} ms/request", ours, one_per_core,
             note=f"direct = -j {cores} (one thread per core)")
         per_core = ["-j", str(cores)]
