@@ -3,14 +3,14 @@
 
 use std::borrow::Cow;
 
-use retagfs_store::ArtLink;
+use retagfs_store::{ArtLink, ScannedPicture};
 
 use crate::error::{malformed, ProbeError, Result};
 use crate::id3v2;
 use crate::layout::Layout;
-use crate::picture::{flac_picture_header, flac_picture_len, parse_flac_picture};
+use crate::picture::{flac_picture_header, flac_picture_len, parse_flac_picture, PictureFields};
 use crate::probe::Probe;
-use crate::source::{be_u24, Source};
+use crate::source::{be_u24, Source, MAX_READ};
 use crate::vorbis_comment;
 use crate::Format;
 
@@ -58,10 +58,7 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
                 probe.tags.extend(c.tags);
                 probe.pictures.extend(c.pictures);
             }
-            PICTURE => {
-                let body = src.read(body_at, len, "PICTURE block")?;
-                probe.pictures.push(parse_flac_picture(&body)?);
-            }
+            PICTURE => probe.pictures.push(read_picture(src, body_at, len)?),
             // PADDING and reserved blocks are not kept: the served file has
             // exactly the blocks it needs.
             _ => {
@@ -122,6 +119,31 @@ impl StreamInfo {
 
 static FRAME_HEADER_CRC: crc::Crc<u8> = crc::Crc::<u8>::new(&crc::CRC_8_SMBUS);
 static FRAME_CRC: crc::Crc<u16> = crc::Crc::<u16>::new(&crc::CRC_16_UMTS);
+
+/// Bytes of a PICTURE block read first, for the fields before its image.
+const PICTURE_FIELDS_READ: u64 = 1024;
+
+/// Reads the PICTURE block of `len` bytes at `at`: its fields first, then
+/// its image straight into the buffer the store takes (a cover is most of
+/// the block, and a first scan of tracks embedding 100 kB covers copied
+/// each twice). Blocks whose fields do not fit in the first read, or that
+/// do not hold together, are read whole and parsed as before, for the same
+/// errors.
+fn read_picture(src: &Source<'_>, at: u64, len: u64) -> Result<ScannedPicture> {
+    let whole = || parse_flac_picture(&src.read(at, len, "PICTURE block")?);
+    if len > MAX_READ || at.saturating_add(len) > src.size() {
+        return whole();
+    }
+    let head = src.read(at, len.min(PICTURE_FIELDS_READ), "PICTURE block")?;
+    match PictureFields::parse(&head) {
+        Ok(fields) if (fields.data_at as u64).saturating_add(fields.data_len as u64) <= len => {
+            let image_at = at + fields.data_at as u64;
+            let data = src.read(image_at, fields.data_len as u64, "PICTURE image")?;
+            Ok(fields.with_image(data))
+        }
+        _ => whole(),
+    }
+}
 
 /// A download cut short ends inside a frame, or at a frame boundary before
 /// the last sample STREAMINFO announces; either way decoders report errors
@@ -336,6 +358,59 @@ mod tests {
                 prop_assert_eq!(*layout.segments().last().unwrap(), crate::Segment::Backing { offset: 4096, len: audio });
             }
         }
+    }
+
+    /// A PICTURE body: a PNG declared, `desc`, and `data` (or a length
+    /// `claimed` for it).
+    fn picture_body(desc: &str, data: &[u8], claimed: Option<u32>) -> Vec<u8> {
+        let mut b = Vec::new();
+        for field in [&3u32.to_be_bytes()[..], &9u32.to_be_bytes(), b"image/png"] {
+            b.extend_from_slice(field);
+        }
+        b.extend_from_slice(&(desc.len() as u32).to_be_bytes());
+        b.extend_from_slice(desc.as_bytes());
+        for v in [1u32, 1, 24, 0, claimed.unwrap_or(data.len() as u32)] {
+            b.extend_from_slice(&v.to_be_bytes());
+        }
+        b.extend_from_slice(data);
+        b
+    }
+
+    /// The fixture FLAC with these PICTURE blocks after its STREAMINFO.
+    fn with_pictures(bodies: &[&[u8]]) -> Vec<u8> {
+        let flac = include_bytes!("../../../tests/fixtures/untagged.flac");
+        let mut out = b"fLaC".to_vec();
+        out.push(flac[4] & 0x7f);
+        out.extend_from_slice(&flac[5..42]);
+        for (i, body) in bodies.iter().enumerate() {
+            let last = flac[4] & 0x80 != 0 && i == bodies.len() - 1;
+            out.extend_from_slice(&block_header(PICTURE, last, body.len() as u64));
+            out.extend_from_slice(body);
+        }
+        out.extend_from_slice(&flac[42..]);
+        out
+    }
+
+    #[test]
+    fn pictures_read_in_two_reads_are_those_parsed_from_the_whole_block() {
+        let image: Vec<u8> = (0..50_000u32).map(|i| (i % 251) as u8).collect();
+        let long = "d".repeat(PICTURE_FIELDS_READ as usize * 2);
+        let bodies = [
+            picture_body("cover", &image, None),
+            picture_body(&long, &image[..10], None),
+            picture_body("", &[], None),
+        ];
+        let file = with_pictures(&bodies.each_ref().map(|b| &b[..]));
+        let probed = probe(&Source::new(&file, file.len() as u64)).unwrap();
+        let parsed: Vec<ScannedPicture> = bodies.iter().map(|b| parse_flac_picture(b).unwrap()).collect();
+        assert_eq!(probed.pictures, parsed);
+        assert_eq!(probed.pictures[0].art.data, image);
+
+        // An image claimed longer than its block: refused as before.
+        let bad = picture_body("cover", &image, Some(60_000));
+        let file = with_pictures(&[&bad]);
+        let err = probe(&Source::new(&file, file.len() as u64)).unwrap_err();
+        assert_eq!(err.to_string(), parse_flac_picture(&bad).unwrap_err().to_string());
     }
 
     #[test]

@@ -8,22 +8,59 @@ use crate::source::be_u32;
 
 /// Parses the body of a FLAC PICTURE block.
 pub fn parse_flac_picture(b: &[u8]) -> Result<ScannedPicture> {
-    let mut r = Cursor { b, pos: 0 };
-    let picture_type = r.u32()?;
-    let mime_len = r.u32()? as usize;
-    let mime = String::from_utf8_lossy(r.take(mime_len)?).into_owned();
-    let desc_len = r.u32()? as usize;
-    let description = String::from_utf8_lossy(r.take(desc_len)?).into_owned();
-    let (width, height, depth, _colors) = (r.u32()?, r.u32()?, r.u32()?, r.u32()?);
-    let data_len = r.u32()? as usize;
-    let data = r.take(data_len)?.to_vec();
-    Ok(picture(
-        data,
-        &mime,
-        picture_type.min(20) as u8,
-        description,
-        (width, height, depth),
-    ))
+    let fields = PictureFields::parse(b)?;
+    let data = Cursor {
+        b,
+        pos: fields.data_at,
+    }
+    .take(fields.data_len)?
+    .to_vec();
+    Ok(fields.with_image(data))
+}
+
+/// The fields of a FLAC PICTURE body before its image bytes, and where
+/// those are in the body.
+pub struct PictureFields {
+    picture_type: u32,
+    mime: String,
+    description: String,
+    dims: (u32, u32, u32),
+    pub data_at: usize,
+    pub data_len: usize,
+}
+
+impl PictureFields {
+    /// Reads the fields from the start of a PICTURE body (`b` may end
+    /// before the image bytes, or within them).
+    pub fn parse(b: &[u8]) -> Result<PictureFields> {
+        let mut r = Cursor { b, pos: 0 };
+        let picture_type = r.u32()?;
+        let mime_len = r.u32()? as usize;
+        let mime = String::from_utf8_lossy(r.take(mime_len)?).into_owned();
+        let desc_len = r.u32()? as usize;
+        let description = String::from_utf8_lossy(r.take(desc_len)?).into_owned();
+        let (width, height, depth, _colors) = (r.u32()?, r.u32()?, r.u32()?, r.u32()?);
+        let data_len = r.u32()? as usize;
+        Ok(PictureFields {
+            picture_type,
+            mime,
+            description,
+            dims: (width, height, depth),
+            data_at: r.pos,
+            data_len,
+        })
+    }
+
+    /// The picture these fields describe, with its image bytes.
+    pub fn with_image(self, data: Vec<u8>) -> ScannedPicture {
+        picture(
+            data,
+            &self.mime,
+            self.picture_type.min(20) as u8,
+            self.description,
+            self.dims,
+        )
+    }
 }
 
 /// Builds a picture, trusting the image bytes over the declared mime type
