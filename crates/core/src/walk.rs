@@ -228,7 +228,7 @@ fn walk_counting(
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(0);
     std::thread::scope(|s| {
         for _ in 0..start {
-            start_worker(s, &shared, done_tx.clone());
+            start_worker(s, &shared, done_tx.clone()).expect("cannot start a thread to walk folders");
         }
         drop(done_tx);
         // Nothing is ever sent: the channel disconnects once every worker
@@ -278,16 +278,18 @@ pub fn identity(path: &Path) -> Option<(u64, u64)> {
     Some((device(&m), m.stx_ino))
 }
 
-/// Starts a worker on `s`; it holds `done` until it ends.
+/// Starts a worker on `s`; it holds `done` until it ends. Err when the
+/// system has no thread to give (a container's limit on tasks).
 fn start_worker<'scope, 'a>(
     s: &'scope std::thread::Scope<'scope, '_>,
     shared: &'scope Shared<'a>,
     done: crossbeam_channel::Sender<()>,
-) {
-    s.spawn(move || {
+) -> io::Result<()> {
+    std::thread::Builder::new().spawn_scoped(s, move || {
         let out = worker(s, shared, &done);
         shared.parts.lock().unwrap_or_else(|e| e.into_inner()).push(out);
-    });
+    })?;
+    Ok(())
 }
 
 /// Each worker reads its own stack of directories depth-first and gives
@@ -332,7 +334,8 @@ fn worker<'scope>(
 
 /// Starts the workers held in reserve (once: the first to see the walk
 /// wait on the disk takes them all). They count as busy from now, as the
-/// calling worker is: the walk cannot end before they start.
+/// calling worker is: the walk cannot end before they start. Those the
+/// system cannot start are done without: the walk goes on on the others.
 fn start_reserve<'scope>(
     s: &'scope std::thread::Scope<'scope, '_>,
     shared: &'scope Shared<'_>,
@@ -343,8 +346,12 @@ fn start_reserve<'scope>(
         return;
     }
     shared.queue.lock().unwrap_or_else(|e| e.into_inner()).busy += n;
-    for _ in 0..n {
-        start_worker(s, shared, done.clone());
+    for started in 0..n {
+        if let Err(e) = start_worker(s, shared, done.clone()) {
+            tracing::info!("the walk goes on without {} more threads: {e}", n - started);
+            shared.queue.lock().unwrap_or_else(|e| e.into_inner()).busy -= n - started;
+            return;
+        }
     }
 }
 

@@ -1359,18 +1359,21 @@ impl HeldPictures {
     /// lacks are kept (once each), the rest freed.
     fn take_from(&mut self, tx: &Transaction<'_>, t: &mut ScannedTrack) -> Result<()> {
         for pic in &mut t.pictures {
-            let art = NewArt {
-                data: std::mem::take(&mut pic.art.data),
-                ..pic.art.clone()
-            };
+            let data = std::mem::take(&mut pic.art.data);
             if self.shas.contains(&pic.sha256) {
                 continue;
             }
             let sha = hex::encode(pic.sha256);
             if !art_exists(tx, &sha)? {
                 self.shas.insert(pic.sha256);
-                self.bytes += art.data.len();
-                self.pictures.push((sha, art));
+                self.bytes += data.len();
+                self.pictures.push((
+                    sha,
+                    NewArt {
+                        data,
+                        ..pic.art.clone()
+                    },
+                ));
             }
         }
         Ok(())
