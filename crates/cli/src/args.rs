@@ -179,8 +179,8 @@ pub struct MountArgs {
     pub no_kernel_passthrough: bool,
     /// Read backing files ahead of sequential readers, in 1 MiB chunks, six
     /// at a time (96 MiB at most in all): many-fold faster streaming from
-    /// storage where each read waits milliseconds. On local disks the kernel
-    /// is asked to read ahead instead (no memory or threads of ours).
+    /// storage where each read waits milliseconds. On local disks the
+    /// kernel's own read-ahead does it (no memory or threads of ours).
     #[arg(long, value_enum, default_value = "auto")]
     pub read_ahead: ReadAheadArg,
     /// How the kernel hands requests over. FUSE over io_uring (Linux 6.14+)
@@ -334,7 +334,8 @@ impl ViewArgs {
 #[derive(Clone, Copy, ValueEnum)]
 pub enum ReadAheadArg {
     /// Chunks for backing files on network file systems (NFS, SMB, 9p,
-    /// Ceph) and FUSE; kernel read-ahead hints for local ones.
+    /// Ceph) and FUSE; for local ones the kernel's own read-ahead, and the
+    /// start of a folder's next files once one is read through.
     Auto,
     /// Chunks for every backing file.
     On,

@@ -18,7 +18,7 @@ use retagfs_formats::{
 use retagfs_store::{text_for_display, text_to_path, Store, SynthesisRows, TrackBundle, TrackRow};
 
 use crate::failure_log::failure_to_log;
-use crate::read_ahead::{will_need, KernelHints, ReadAhead};
+use crate::read_ahead::{will_need, FirstRead, ReadAhead};
 use crate::storage::{self, Storage};
 use crate::template::{Fallbacks, Fields, Template};
 use crate::tree::{file_ino, FileEntry, Invalidations, Placement, Tree, TreeBuilder};
@@ -384,7 +384,7 @@ pub struct OpenFile {
     pub layout: Arc<Layout>,
     backing: Arc<File>,
     read_ahead: Option<ReadAhead>,
-    hints: Option<KernelHints>,
+    first_read: Option<FirstRead>,
     /// Served bytes read through this handle so far.
     bytes_read: AtomicU64,
     /// Whether [`OpenFile::read_through`] said so already.
@@ -397,13 +397,14 @@ pub struct OpenFile {
 /// When backing bytes are read ahead of a sequential reader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReadAheadMode {
-    /// Chunks for backing files on network file systems and FUSE, kernel
-    /// hints for local ones.
+    /// Chunks for backing files on network file systems and FUSE; for
+    /// local ones, the kernel's own read-ahead of the backing file, and the
+    /// start of a folder's next files once one is read through.
     #[default]
     Auto,
     /// Chunks for every backing file.
     Always,
-    /// Neither: each read goes to the backing file as the kernel asks.
+    /// None of ours: each read goes to the backing file as the kernel asks.
     Never,
 }
 
@@ -425,7 +426,7 @@ impl OpenFile {
     pub fn read_through(&self, offset: u64, n: usize) -> bool {
         let len = self.layout.len();
         let total = self.bytes_read.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-        let reading_ahead = self.hints.is_some() || self.read_ahead.is_some();
+        let reading_ahead = self.first_read.is_some() || self.read_ahead.is_some();
         reading_ahead
             && offset + n as u64 >= len
             && total.saturating_mul(2) >= len
@@ -704,15 +705,15 @@ impl Library {
             ReadAheadMode::Auto => storage::of_file(&backing) == Storage::Network,
         };
         let backing = Arc::new(backing);
-        let hints =
-            (!read_ahead && mode != ReadAheadMode::Never).then(|| KernelHints::new(track.stamps.size));
+        let first_read =
+            (!read_ahead && mode != ReadAheadMode::Never).then(|| FirstRead::new(track.stamps.size));
         let read_ahead = read_ahead.then(|| ReadAhead::new(backing.clone(), track.stamps.size));
         Ok(OpenFile {
             track,
             layout,
             backing,
             read_ahead,
-            hints,
+            first_read,
             bytes_read: AtomicU64::new(0),
             read_through: AtomicBool::new(false),
             store_generation,
@@ -777,7 +778,7 @@ impl Library {
     /// reading them ahead would only cost (a tenth of the time of reading
     /// 200 cached files through a fresh mount).
     pub fn reads_ahead_after(&self, file: &OpenFile) -> bool {
-        let found_cached = file.hints.as_ref().is_some_and(KernelHints::found_cached);
+        let found_cached = file.first_read.as_ref().is_some_and(FirstRead::found_cached);
         !found_cached
             || self
                 .prefetched
@@ -919,9 +920,9 @@ impl Library {
     pub fn read_into(&self, file: &OpenFile, offset: u64, out: &mut [u8]) -> io::Result<usize> {
         let want = out.len().min(file.layout.len().saturating_sub(offset) as usize);
         let out = &mut out[..want];
-        if let Some(hints) = &file.hints {
+        if let Some(first) = &file.first_read {
             if let Some(span) = file.layout.backing_span(offset, want as u64) {
-                hints.before_read(&file.backing, span.start, span.end - span.start);
+                first.before_read(&file.backing, span.start, span.end);
             }
         }
         let src = Sources { lib: self, file };

@@ -24,74 +24,52 @@ const BUDGET: usize = 96 << 20;
 
 static BUFFERED: AtomicUsize = AtomicUsize::new(0);
 
-/// Read-ahead on local storage, where the kernel does it best: once an open
-/// file is read sequentially, the kernel is asked (`POSIX_FADV_WILLNEED`) to
-/// start reading the next backing bytes into its page cache, so the disk
-/// works while the previous piece travels through FUSE. Costs no memory of
-/// ours and no thread. The hinted range grows with the sequential run (as
-/// the kernel's own read-ahead does), so a tagger that reads only a file's
-/// start costs no extra disk reads. A file found wholly in the page cache
-/// at its first read gets no hints at all.
-pub struct KernelHints {
-    state: Mutex<HintState>,
+/// Read-ahead on local storage: the kernel's own, but for a file's first
+/// read. The daemon reads a served file's backing bytes in order, as the
+/// kernel asks for them, so the backing file's read-ahead sees a
+/// sequential reader and reads ahead of it in large folios and large disk
+/// requests. A first read, though, gathers a served file's head from
+/// several places of the backing file (an MP4's `ftyp`, then its `mdat`
+/// past the old `moov`; a FLAC's kept blocks, then its frames), each of
+/// which the kernel takes for a small random read and waits for alone: so
+/// that read is asked for at once (`POSIX_FADV_WILLNEED`), in one disk
+/// request. Later reads get no hints: hints read into 4 KiB pages, in
+/// smaller disk requests, the call waits while it queues them, and the
+/// kernel's read-ahead starts over at the end of each hinted range
+/// (measured in docs/benchmarks.md). A file found wholly in the page
+/// cache at its first read gets no hint: a client reading cached files
+/// gains nothing from having the next ones read ahead either.
+pub struct FirstRead {
     /// The backing file's size.
     size: u64,
     /// Whether the file was wholly in the page cache at its first read.
     found_cached: OnceLock<bool>,
 }
 
-#[derive(Default)]
-struct HintState {
-    /// Where the last read ended.
-    next: u64,
-    /// Bytes read in the current sequential run.
-    run: u64,
-    /// Where the last hinted window starts.
-    window_start: u64,
-    /// The end of the range already hinted.
-    hinted_to: u64,
-}
-
-/// Largest window hinted at once: at most two are ahead of a reader.
-const HINT_AHEAD: u64 = 4 << 20;
-
-impl KernelHints {
-    /// Notes the backing bytes a request is about to read (`len` bytes at
-    /// `offset`, all its segments at once) and hints the kernel: the part
-    /// of the read not hinted yet, then, for a sequential reader, the window
-    /// after it. Two requests, not one: on a cold disk the small one for
-    /// the read itself comes back first, and a whole request's segments
-    /// come in one disk read rather than a small synchronous one per
-    /// segment.
-    pub fn before_read(&self, file: &File, offset: u64, len: u64) {
-        if *self
-            .found_cached
-            .get_or_init(|| cached_to_the_end(file, offset, self.size))
-        {
-            return;
-        }
-        let hints = self
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .next_hints(offset, len);
-        for (from, to) in hints.into_iter().flatten() {
-            will_need(file, from, to);
-        }
-    }
-
-    /// Hints for a backing file of `size` bytes.
-    pub fn new(size: u64) -> KernelHints {
-        KernelHints {
-            state: Mutex::default(),
+impl FirstRead {
+    /// For a backing file of `size` bytes.
+    pub fn new(size: u64) -> FirstRead {
+        FirstRead {
             size,
             found_cached: OnceLock::new(),
         }
     }
 
+    /// Before each read, with the backing bytes it spans (`from..to`):
+    /// the first asks the kernel for them unless the file is cached; later
+    /// ones cost nothing.
+    pub fn before_read(&self, file: &File, from: u64, to: u64) {
+        self.found_cached.get_or_init(|| {
+            let cached = cached_to_the_end(file, from, self.size);
+            if !cached {
+                will_need(file, from, to);
+            }
+            cached
+        });
+    }
+
     /// Whether the file was wholly in the page cache when first read (false
-    /// before that): a client reading files that come from the page cache
-    /// gains nothing from having the next ones read ahead.
+    /// before that).
     pub fn found_cached(&self) -> bool {
         self.found_cached.get().copied().unwrap_or(false)
     }
@@ -142,7 +120,7 @@ fn cached_to_the_end(file: &File, from: u64, size: u64) -> bool {
 }
 
 /// Asks the kernel to start reading `from..to` of `file` into its page
-/// cache (`POSIX_FADV_WILLNEED`); returns at once.
+/// cache (`POSIX_FADV_WILLNEED`); returns once the reads are queued.
 pub fn will_need(file: &File, from: u64, to: u64) {
     use std::os::fd::AsRawFd;
     // SAFETY: advice only; the fd is open for the call's duration.
@@ -153,35 +131,6 @@ pub fn will_need(file: &File, from: u64, to: u64) {
             to.saturating_sub(from) as libc::off_t,
             libc::POSIX_FADV_WILLNEED,
         );
-    }
-}
-
-impl HintState {
-    /// The backing ranges to hint before a read: the part of the read not
-    /// hinted yet, and the next window ahead. As the kernel's own
-    /// read-ahead does, the next window is asked for as soon as the reader
-    /// enters the last one, so the disk always has one window to work on
-    /// while the reader consumes the other (one window at a time left the
-    /// disk idle between them).
-    fn next_hints(&mut self, offset: u64, len: u64) -> [Option<(u64, u64)>; 2] {
-        let end = offset + len;
-        // Concurrent kernel requests arrive slightly out of order.
-        if offset.abs_diff(self.next) > CHUNK {
-            *self = HintState::default();
-        }
-        self.next = end;
-        self.run += len;
-        let now = (end > self.hinted_to).then(|| (self.hinted_to.max(offset), end));
-        self.hinted_to = self.hinted_to.max(end);
-        if end <= self.window_start && self.run > len {
-            return [now, None];
-        }
-        // A large kernel request means the kernel already sees a stream.
-        let ahead = (2 * self.run).max(8 * len).min(HINT_AHEAD);
-        self.window_start = self.hinted_to;
-        let window = (self.hinted_to, self.hinted_to + ahead);
-        self.hinted_to = window.1;
-        [now, Some(window)]
     }
 }
 
@@ -381,35 +330,6 @@ mod tests {
     }
 
     #[test]
-    fn hints_grow_with_a_stream_and_stay_small_for_a_tagger() {
-        let mut tagger = HintState::default();
-        let [now, ahead] = tagger.next_hints(0, 16 << 10);
-        assert_eq!(now, Some((0, 16 << 10)));
-        let (from, to) = ahead.unwrap();
-        assert_eq!(from, 16 << 10);
-        assert!(
-            to - from <= 128 << 10,
-            "a 16 KiB read hints {} bytes past it",
-            to - from
-        );
-
-        let mut stream = HintState::default();
-        let mut hinted = Vec::new();
-        for i in 0..64u64 {
-            hinted.extend(stream.next_hints(i << 17, 1 << 17).into_iter().flatten());
-        }
-        // Contiguous, never re-hinted, and at most two windows past the reader.
-        assert!(hinted.windows(2).all(|w| w[0].1 == w[1].0));
-        let (reader, last) = (64 << 17, hinted.last().unwrap().1);
-        assert!(last > reader + HINT_AHEAD / 2 && last <= reader + 2 * HINT_AHEAD);
-        assert!(hinted.len() < 32, "{} hints for 64 reads", hinted.len());
-
-        // A seek starts over.
-        let [now, _] = stream.next_hints(500 << 20, 4096);
-        assert_eq!(now, Some((500 << 20, (500 << 20) + 4096)));
-    }
-
-    #[test]
     fn a_file_just_written_is_cached_to_its_end_and_no_further() {
         let len = 3 * 4096 + 100;
         let (f, _) = file_of(len);
@@ -425,11 +345,11 @@ mod tests {
                 "SKIPPED LOUDLY: no cachestat on this kernel (Linux 6.5+): every file counts as uncached"
             );
         }
-        // Cached or not, hints never fail a read; found_cached says what was seen.
-        let hints = KernelHints::new(len as u64);
-        assert!(!hints.found_cached());
-        hints.before_read(&file, 0, 4096);
-        assert_eq!(hints.found_cached(), cachestat_works);
+        // Cached or not, the first read says what it saw.
+        let first = FirstRead::new(len as u64);
+        assert!(!first.found_cached());
+        first.before_read(&file, 0, 4096);
+        assert_eq!(first.found_cached(), cachestat_works);
     }
 
     #[test]
