@@ -76,9 +76,24 @@ impl FirstRead {
 }
 
 /// Whether every page of `file` (`size` bytes) from `from` on is in the
-/// page cache. `cachestat` (Linux 6.5+) reads nothing and starts no
-/// read-ahead, unlike a probing read; where it is missing, the answer is no.
+/// page cache; where that cannot be told, the answer is no.
 fn cached_to_the_end(file: &File, from: u64, size: u64) -> bool {
+    let first = from / page_size() * page_size();
+    // A length of 0 means to the end of the file.
+    cached_pages(file, first, 0)
+        .is_some_and(|cached| cached >= size.saturating_sub(first).div_ceil(page_size()))
+}
+
+fn page_size() -> u64 {
+    static PAGE: OnceLock<u64> = OnceLock::new();
+    // SAFETY: sysconf takes an integer and returns one.
+    *PAGE.get_or_init(|| u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096))
+}
+
+/// How many pages of `len` bytes of `file` at `off` (0: to the end) are in
+/// the page cache. `cachestat` (Linux 6.5+) reads nothing and starts no
+/// read-ahead, unlike a probing read; None where it is missing.
+fn cached_pages(file: &File, off: u64, len: u64) -> Option<u64> {
     use std::os::fd::AsRawFd;
     #[repr(C)]
     struct Range {
@@ -97,13 +112,7 @@ fn cached_to_the_end(file: &File, from: u64, size: u64) -> bool {
     // The same number on every architecture (new system calls have shared
     // one table since 424); not yet in the libc crate for all of them.
     const SYS_CACHESTAT: libc::c_long = 451;
-    static PAGE: OnceLock<u64> = OnceLock::new();
-    // SAFETY: sysconf takes an integer and returns one.
-    let page =
-        *PAGE.get_or_init(|| u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096));
-    let first = from / page * page;
-    // A length of 0 means to the end of the file.
-    let range = Range { off: first, len: 0 };
+    let range = Range { off, len };
     let mut counts = Counts::default();
     // SAFETY: both structs are the kernel's layout and outlive the call;
     // the fd is open for its duration.
@@ -116,7 +125,7 @@ fn cached_to_the_end(file: &File, from: u64, size: u64) -> bool {
             0u32,
         )
     };
-    done == 0 && counts.cached >= size.saturating_sub(first).div_ceil(page)
+    (done == 0).then_some(counts.cached)
 }
 
 /// Asks the kernel to start reading `from..to` of `file` into its page
@@ -350,6 +359,38 @@ mod tests {
         assert!(!first.found_cached());
         first.before_read(&file, 0, 4096);
         assert_eq!(first.found_cached(), cachestat_works);
+    }
+
+    #[test]
+    fn only_a_first_read_asks_the_kernel_for_its_bytes() {
+        use std::os::fd::AsRawFd;
+        let page = page_size();
+        let len = 64 * page;
+        let (f, _) = file_of(len as usize);
+        f.as_file().sync_all().unwrap();
+        let file = File::open(f.path()).unwrap();
+        // SAFETY: advice only, on an open descriptor.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if cached_pages(&file, 0, 0) != Some(0) {
+            eprintln!(
+                "SKIPPED LOUDLY: cannot empty a file's page cache here (no cachestat, or a temp dir on tmpfs)"
+            );
+            return;
+        }
+        let first = FirstRead::new(len);
+        first.before_read(&file, 8 * page, 16 * page);
+        assert!(!first.found_cached());
+        assert_eq!(
+            cached_pages(&file, 8 * page, 8 * page),
+            Some(8),
+            "the first read is asked for"
+        );
+        first.before_read(&file, 40 * page, 48 * page);
+        assert_eq!(
+            cached_pages(&file, 40 * page, 8 * page),
+            Some(0),
+            "later reads are left to the kernel"
+        );
     }
 
     #[test]
