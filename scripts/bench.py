@@ -536,8 +536,10 @@ def rss_row(area, work, rss, tracks=None):
 
 # Runs of each warm (page-cached) read row, at least.
 WARM_RUNS = 15
-# Runs of each cold single-file read row, at least.
-COLD_RUNS = 7
+# Runs of each cold single-file read row, at least: they wander by a
+# fifth from run to run, and A/B rounds of 41 runs were needed to
+# tell a 10% change (docs/benchmarks.md).
+COLD_RUNS = 15
 
 
 def bench_reads(work, runs):
