@@ -921,9 +921,7 @@ impl Library {
         let want = out.len().min(file.layout.len().saturating_sub(offset) as usize);
         let out = &mut out[..want];
         if let Some(first) = &file.first_read {
-            if let Some(span) = file.layout.backing_span(offset, want as u64) {
-                first.before_read(&file.backing, span.start, span.end);
-            }
+            first.before_read(&file.backing, || file.layout.backing_span(offset, want as u64));
         }
         let src = Sources { lib: self, file };
         if let Err(e) = file.layout.read_at(offset, out, &src) {

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -55,14 +56,21 @@ impl FirstRead {
         }
     }
 
-    /// Before each read, with the backing bytes it spans (`from..to`):
-    /// the first asks the kernel for them unless the file is cached; later
-    /// ones cost nothing.
-    pub fn before_read(&self, file: &File, from: u64, to: u64) {
+    /// Before each read, with the backing bytes it spans (None: none):
+    /// the first read that touches the backing file asks the kernel for
+    /// them unless the file is cached. The span is computed for that read
+    /// only; later ones cost a load.
+    pub fn before_read(&self, file: &File, span: impl FnOnce() -> Option<Range<u64>>) {
+        if self.found_cached.get().is_some() {
+            return;
+        }
+        let Some(Range { start, end }) = span() else {
+            return;
+        };
         self.found_cached.get_or_init(|| {
-            let cached = cached_to_the_end(file, from, self.size);
+            let cached = cached_to_the_end(file, start, self.size);
             if !cached {
-                will_need(file, from, to);
+                will_need(file, start, end);
             }
             cached
         });
@@ -357,7 +365,7 @@ mod tests {
         // Cached or not, the first read says what it saw.
         let first = FirstRead::new(len as u64);
         assert!(!first.found_cached());
-        first.before_read(&file, 0, 4096);
+        first.before_read(&file, || Some(0..4096));
         assert_eq!(first.found_cached(), cachestat_works);
     }
 
@@ -378,14 +386,14 @@ mod tests {
             return;
         }
         let first = FirstRead::new(len);
-        first.before_read(&file, 8 * page, 16 * page);
+        first.before_read(&file, || Some(8 * page..16 * page));
         assert!(!first.found_cached());
         assert_eq!(
             cached_pages(&file, 8 * page, 8 * page),
             Some(8),
             "the first read is asked for"
         );
-        first.before_read(&file, 40 * page, 48 * page);
+        first.before_read(&file, || Some(40 * page..48 * page));
         assert_eq!(
             cached_pages(&file, 40 * page, 8 * page),
             Some(0),
