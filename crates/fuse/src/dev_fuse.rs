@@ -1,225 +1,316 @@
-//! Requests read from `/dev/fuse` by fuser's session threads, each with
-//! its own cloned descriptor: handing an open or a read to another thread
-//! cost more than the work itself (measured: 200 opens of small files
-//! 35 ms with a hand-off, 16 ms without). With FUSE over io_uring these
-//! threads see only the init and forgets.
+//! Requests read from `/dev/fuse`. Each thread reads and answers on a
+//! descriptor of its own (`FUSE_DEV_IOC_CLONE`): handing an open or a read
+//! to another thread cost more than the work itself (measured: 200 opens of
+//! small files 35 ms with a hand-off, 16 ms without). With FUSE over
+//! io_uring these threads see only forgets.
+//!
+//! Through `/dev/fuse` the kernel wakes a sleeping thread for every
+//! request, and that thread's CPU is usually another than the caller's
+//! (unlike io_uring's per-CPU queues). Waking a sleeping CPU is slow,
+//! slowest in a virtual machine, where it is a trip through the host: a
+//! walk, a `stat` of every file or an indexer's first pass spent most of
+//! its time in those wakeups. So after each request one thread at a time
+//! keeps asking for the next, without sleeping, for a short while
+//! ([`POLL_FOR`]): during a burst of requests the next is taken as soon as
+//! it is queued, and an idle mount costs nothing.
 
-use std::cell::RefCell;
-use std::ffi::OsStr;
+use std::fs::OpenOptions;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::Ordering;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use fuser::{
-    FileHandle, Filesystem, Generation, INodeNo, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, Request,
-};
+use fuser::Errno;
 
-use crate::server::{dir_entries, kind_of, Server, BLOCK_SIZE, TTL};
-use crate::uring;
+use crate::protocol::{self, expects_answer, out_header, u32_in, u64_in, Request, OP_IN, OUT_HEADER};
+use crate::server::Server;
+use crate::uring::PAYLOAD;
 
-/// fuser's view of the [`Server`].
-pub(crate) struct DevFuse(pub(crate) Arc<Server>);
+/// How long a thread keeps asking for the next request after the last.
+const POLL_FOR: Duration = Duration::from_micros(200);
 
-thread_local! {
-    /// Per-thread read buffer, reused so a read allocates nothing.
-    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+/// `struct fuse_in_header`.
+const IN_HEADER: usize = 40;
+
+/// A read of `/dev/fuse` must have room for the largest write the kernel
+/// may send (the mount's max_write) and its headers, or it fails.
+const REQUEST_BUFFER: usize = PAYLOAD + 4096;
+
+/// `FUSE_DEV_IOC_CLONE`: `_IOR(229, 0, u32)`.
+const DEV_IOC_CLONE: libc::c_ulong = 0x8004_e500;
+
+/// The threads reading `/dev/fuse`.
+pub(crate) struct Readers {
+    threads: Vec<JoinHandle<io::Result<()>>>,
 }
 
-impl Filesystem for DevFuse {
-    fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> io::Result<()> {
-        let server = &self.0;
-        // Listings carry attributes; a kernel without it falls back to READDIR.
-        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
-        // Attributes fetched again are compared with the cached ones, so a
-        // directory whose mtime moved (its listing changed) is listed anew.
-        let _ = config.add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA);
-        // File handles outlive the kernel's inode cache (an NFS export of the
-        // mount): inode numbers are stable, and lookups of "." and ".."
-        // find any inode again.
-        let _ = config.add_capabilities(fuser::InitFlags::FUSE_EXPORT_SUPPORT);
-        // Directories need no open: one round trip less per directory walked.
-        let no_opendir = config
-            .add_capabilities(fuser::InitFlags::FUSE_NO_OPENDIR_SUPPORT)
-            .is_ok();
-        server.no_opendir.store(no_opendir, Ordering::Relaxed);
-        if server.passthrough.load(Ordering::Relaxed) {
-            // Depth 2: backing files may sit on a stacked file system
-            // (overlayfs) themselves.
-            let on = config
-                .add_capabilities(fuser::InitFlags::FUSE_PASSTHROUGH)
-                .is_ok()
-                && config.set_max_stack_depth(2).is_ok();
-            server.passthrough.store(on, Ordering::Relaxed);
+/// The descriptor the polling thread asks on (non-blocking), and whether a
+/// thread is asking.
+struct Poller {
+    dev: OwnedFd,
+    busy: AtomicBool,
+}
+
+impl Readers {
+    /// Starts `threads` threads reading requests from the connection of
+    /// `dev`; with `poll`, one at a time polls after a request.
+    pub(crate) fn start(
+        server: Arc<Server>,
+        dev: &OwnedFd,
+        threads: usize,
+        poll: bool,
+    ) -> io::Result<Readers> {
+        let poller = if poll {
+            match clone_dev(dev, true) {
+                Ok(dev) => Some(Arc::new(Poller {
+                    dev,
+                    busy: AtomicBool::new(false),
+                })),
+                Err(e) => {
+                    tracing::debug!(
+                        "/dev/fuse: no descriptor to poll on ({e}); threads sleep between requests"
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let mut handles = Vec::with_capacity(threads);
+        for n in 0..threads.max(1) {
+            // A descriptor of its own, or a shared one where the kernel
+            // cannot clone (the answers then still find their request).
+            let own = clone_dev(dev, false).or_else(|_| dev.try_clone())?;
+            let (server, poller) = (server.clone(), poller.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("fuse-{n}"))
+                .spawn(move || serve(&server, &own, poller.as_deref()))?;
+            handles.push(handle);
         }
-        // Nothing is written: writes need no 16 MiB buffers, and each
-        // io_uring entry's buffer is as large as the largest request.
-        let _ = config.set_max_write(uring::PAYLOAD as u32);
-        if server.uring.load(Ordering::Relaxed) {
-            let on = uring::usable()
-                && config
-                    .add_capabilities(fuser::InitFlags::FUSE_OVER_IO_URING)
-                    .is_ok();
-            server.uring.store(on, Ordering::Relaxed);
-        }
-        tracing::info!(
-            "kernel passthrough for byte-identical files: {}; requests through io_uring: {}",
-            on_off(server.passthrough.load(Ordering::Relaxed)),
-            on_off(server.uring.load(Ordering::Relaxed)),
-        );
-        Ok(())
+        Ok(Readers { threads: handles })
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self.0.lookup(parent.0, name.as_bytes()) {
-            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
-            Err(e) => reply.error(e),
+    /// Waits until the connection has ended (unmounted, or aborted when a
+    /// detached mount's last open file was closed): the first error a
+    /// thread met, if any.
+    pub(crate) fn join(self) -> io::Result<()> {
+        let mut result = Ok(());
+        for t in self.threads {
+            let ended = t
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("a /dev/fuse thread panicked")));
+            if result.is_ok() {
+                result = ended;
+            }
         }
+        result
     }
+}
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.0.getattr(ino.0) {
-            Ok(attr) => reply.attr(&TTL, &attr),
-            Err(e) => reply.error(e),
-        }
+/// A new descriptor on the connection of `dev`, with a queue of requests
+/// being answered of its own.
+fn clone_dev(dev: &OwnedFd, nonblocking: bool) -> io::Result<OwnedFd> {
+    let flags = if nonblocking { libc::O_NONBLOCK } else { 0 };
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(flags)
+        .open("/dev/fuse")?;
+    let source = dev.as_raw_fd() as u32;
+    // SAFETY: the ioctl reads one u32 from a live local.
+    if unsafe { libc::ioctl(file.as_raw_fd(), DEV_IOC_CLONE, &source as *const u32) } != 0 {
+        return Err(io::Error::last_os_error());
     }
+    Ok(file.into())
+}
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let opened = match self.0.open(ino.0, flags.0) {
-            Ok(opened) => opened,
+/// Reads and answers requests until the connection ends.
+fn serve(server: &Server, own: &OwnedFd, poller: Option<&Poller>) -> io::Result<()> {
+    let mut request = vec![0u8; REQUEST_BUFFER];
+    let mut answer = vec![0u8; OUT_HEADER + PAYLOAD];
+    loop {
+        let next = match poller.map(|p| p.poll(&mut request)) {
+            Some(Ok(Some(len))) => Ok((poller.unwrap().dev.as_fd(), len)),
+            Some(Err(e)) => Err(e),
+            _ => read_blocking(own, &mut request).map(|len| (own.as_fd(), len)),
+        };
+        match next {
+            Ok((dev, len)) => answer_request(server, dev, &request[..len], &mut answer),
+            Err(e) if ended(&e) => return Ok(()),
             Err(e) => {
-                reply.error(e);
-                return;
+                tracing::error!("reading /dev/fuse: {e}; this thread stops");
+                return Err(e);
+            }
+        }
+    }
+}
+
+impl Poller {
+    /// A request read within [`POLL_FOR`], or `None` when none came (or
+    /// another thread is polling).
+    fn poll(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        if self.busy.swap(true, Ordering::Acquire) {
+            return Ok(None);
+        }
+        let until = Instant::now() + POLL_FOR;
+        let result = loop {
+            match read(&self.dev, buf) {
+                Ok(len) => break Ok(Some(len)),
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                    if Instant::now() >= until {
+                        break Ok(None);
+                    }
+                    // Lets the caller run should it share this CPU.
+                    std::thread::yield_now();
+                }
+                Err(e) if retry(&e) => {}
+                Err(e) => break Err(e),
             }
         };
-        let fh = FileHandle(opened.fh);
-        match &opened.backing {
-            Some(backing) => {
-                // SAFETY: the id is registered on this session and stays
-                // so while the handle is open (the server holds it); the
-                // wrapper is unwrapped again below so it never closes it.
-                let id = unsafe { reply.wrap_backing(backing.id()) };
-                reply.opened_passthrough(fh, opened.flags, &id);
-                id.into_raw();
-            }
-            None => reply.opened(fh, opened.flags),
-        }
-    }
-
-    fn read(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        READ_BUF.with_borrow_mut(|buf| {
-            if buf.len() < size as usize {
-                buf.resize(size as usize, 0);
-            }
-            match self.0.read(fh.0, offset, &mut buf[..size as usize]) {
-                Ok(n) => reply.data(&buf[..n]),
-                Err(e) => reply.error(e),
-            }
-        });
-    }
-
-    fn release(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.0.release(ino.0, fh.0);
-        reply.ok();
-    }
-
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        // Nothing is ever buffered for writing (and opens answer
-        // FOPEN_NOFLUSH, so the kernel does not ask).
-        reply.ok();
-    }
-
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.0.opendir(ino.0) {
-            Ok(flags) => reply.opened(FileHandle(0), flags),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let tree = self.0.lib.tree();
-        let result = dir_entries(&tree, ino.0, offset, |child, node, next, name| {
-            reply.add(INodeNo(child), next, kind_of(node), name)
-        });
-        match result {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    /// Entries with their attributes: `ls -l`, `find -printf %s` and media
-    /// scanners need no lookup per file.
-    fn readdirplus(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
-        let tree = self.0.lib.tree();
-        let result = dir_entries(&tree, ino.0, offset, |child, node, next, name| match node {
-            Some(node) => reply.add(
-                INodeNo(child),
-                next,
-                name,
-                &TTL,
-                &self.0.attr(&tree, child, node),
-                Generation(0),
-            ),
-            None => false,
-        });
-        match result {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        reply.statfs(
-            0,
-            0,
-            0,
-            self.0.file_count(),
-            0,
-            BLOCK_SIZE,
-            retagfs_core::tree::NAME_MAX as u32,
-            BLOCK_SIZE,
-        );
+        self.busy.store(false, Ordering::Release);
+        result
     }
 }
 
-fn on_off(on: bool) -> &'static str {
-    if on {
-        "on"
+fn read_blocking(dev: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match read(dev, buf) {
+            Err(e) if retry(&e) || e.raw_os_error() == Some(libc::EAGAIN) => {}
+            other => return other,
+        }
+    }
+}
+
+fn read(dev: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is writable for its length.
+    let n = unsafe { libc::read(dev.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
     } else {
-        "off"
+        Ok(n as usize)
+    }
+}
+
+/// A read to try again: interrupted by a signal, or the request it would
+/// have returned was interrupted first (ENOENT).
+fn retry(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EINTR | libc::ENOENT))
+}
+
+/// The connection is gone: unmounted, or aborted when a detached mount's
+/// last open file was closed.
+fn ended(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENODEV | libc::ECONNABORTED))
+}
+
+/// Answers one request on the descriptor it was read from (the kernel
+/// looks for it among that descriptor's requests).
+fn answer_request(server: &Server, dev: BorrowedFd, request: &[u8], answer: &mut [u8]) {
+    let Some((unique, opcode, parsed)) = parse(request) else {
+        tracing::error!(
+            "/dev/fuse: a request of {} bytes, too short; not answered",
+            request.len()
+        );
+        return;
+    };
+    if !expects_answer(opcode) {
+        return;
+    }
+    let (header, body) = answer.split_at_mut(OUT_HEADER);
+    let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let (op_in, name) = parsed;
+        let request = Request {
+            opcode,
+            nodeid: u64_in(request, 16),
+            op_in: &op_in,
+            name,
+        };
+        protocol::answer(server, &request, body)
+    }));
+    let result = answered.unwrap_or_else(|_| {
+        tracing::error!("/dev/fuse: answering opcode {opcode} panicked; answered EIO");
+        Err(Errno::EIO)
+    });
+    header.copy_from_slice(&out_header(unique, result));
+    let len = OUT_HEADER + result.unwrap_or(0);
+    // SAFETY: `answer` is readable for `len` bytes.
+    let n = unsafe { libc::write(dev.as_raw_fd(), answer.as_ptr().cast(), len) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        // ENOENT: the caller gave up (interrupted); the end of the
+        // connection is seen by the next read.
+        if !matches!(e.raw_os_error(), Some(libc::ENOENT)) && !ended(&e) {
+            tracing::warn!("/dev/fuse: answering opcode {opcode}: {e}");
+        }
+    }
+}
+
+/// A request's id, opcode, per-operation struct (zero-padded) and what
+/// follows the header (a lookup's name).
+type Parsed<'a> = (u64, u32, ([u8; OP_IN], &'a [u8]));
+
+fn parse(request: &[u8]) -> Option<Parsed<'_>> {
+    if request.len() < IN_HEADER {
+        return None;
+    }
+    let body = &request[IN_HEADER..];
+    let mut op_in = [0u8; OP_IN];
+    let n = body.len().min(OP_IN);
+    op_in[..n].copy_from_slice(&body[..n]);
+    Some((u64_in(request, 8), u32_in(request, 4), (op_in, body)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{LOOKUP, READ};
+
+    fn header(opcode: u32, unique: u64, nodeid: u64, body: &[u8]) -> Vec<u8> {
+        let mut r = vec![0u8; IN_HEADER];
+        r[0..4].copy_from_slice(&((IN_HEADER + body.len()) as u32).to_ne_bytes());
+        r[4..8].copy_from_slice(&opcode.to_ne_bytes());
+        r[8..16].copy_from_slice(&unique.to_ne_bytes());
+        r[16..24].copy_from_slice(&nodeid.to_ne_bytes());
+        r.extend_from_slice(body);
+        r
+    }
+
+    #[test]
+    fn a_lookup_brings_its_name_after_the_header() {
+        let request = header(LOOKUP, 5, 1, b"Artist\0");
+        let (unique, opcode, (op_in, name)) = parse(&request).unwrap();
+        assert_eq!((unique, opcode), (5, LOOKUP));
+        assert_eq!(name, b"Artist\0");
+        assert_eq!(&op_in[..7], b"Artist\0");
+        assert!(op_in[7..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn a_read_brings_its_struct_padded() {
+        // struct fuse_read_in: fh, offset, size, ...
+        let mut read_in = [0u8; 40];
+        read_in[0..8].copy_from_slice(&9u64.to_ne_bytes());
+        read_in[8..16].copy_from_slice(&4096u64.to_ne_bytes());
+        read_in[16..20].copy_from_slice(&131_072u32.to_ne_bytes());
+        let request = header(READ, 6, 3, &read_in);
+        let (_, opcode, (op_in, _)) = parse(&request).unwrap();
+        assert_eq!(opcode, READ);
+        assert_eq!(u64_in(&op_in, 0), 9);
+        assert_eq!(u64_in(&op_in, 8), 4096);
+        assert_eq!(u32_in(&op_in, 16), 131_072);
+    }
+
+    #[test]
+    fn a_short_request_is_refused() {
+        assert!(parse(&[0u8; IN_HEADER - 1]).is_none());
+    }
+
+    #[test]
+    fn the_clone_ioctl_number_is_the_kernels() {
+        // _IOR(229, 0, u32): read direction (2) << 30 | size 4 << 16 | type << 8 | nr.
+        assert_eq!(DEV_IOC_CLONE, (2 << 30) | (4 << 16) | (229 << 8));
     }
 }

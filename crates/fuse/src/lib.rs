@@ -1,8 +1,9 @@
 //! The FUSE side of retagfs: requests from the kernel answered from
 //! `retagfs-core`. It holds no business logic: names, attributes and bytes
-//! all come from [`Library`]. Requests arrive through `/dev/fuse` (fuser's
-//! session threads, [`dev_fuse`]) or, where the kernel offers it, through
-//! io_uring ([`uring`]); both encode the same answers ([`server`]).
+//! all come from [`Library`]. fuser mounts and answers the kernel's init
+//! ([`handshake`]); requests then arrive through `/dev/fuse` ([`dev_fuse`])
+//! or, where the kernel offers it, through io_uring ([`uring`]), and both
+//! answer them the same way ([`protocol`], [`server`]).
 
 use std::ffi::OsStr;
 use std::io;
@@ -17,13 +18,15 @@ use retagfs_core::tree::Invalidations;
 use retagfs_core::watch::Watcher;
 use retagfs_core::Library;
 
-use dev_fuse::DevFuse;
+use handshake::Handshake;
 use server::Server;
 
 mod backing;
 mod dev_fuse;
+mod handshake;
 pub mod mounted;
 mod open_inodes;
+mod protocol;
 mod server;
 mod uring;
 
@@ -69,7 +72,8 @@ pub struct MountConfig {
 /// Mounts the library and serves it until the file system is unmounted
 /// (by `unmount` from another thread, or `fusermount3 -u` / `umount`).
 pub struct Mount {
-    session: Session<DevFuse>,
+    session: Session<Handshake>,
+    readers: dev_fuse::Readers,
     mountpoint: PathBuf,
     rings: Option<uring::Rings>,
     watcher: Watcher,
@@ -136,8 +140,6 @@ impl Mount {
         if config.allow_other {
             options.acl = SessionACL::All;
         }
-        options.n_threads = Some(config.threads.max(2));
-        options.clone_fd = true;
         let server = Arc::new(Server::new(
             lib.clone(),
             config.kernel_passthrough,
@@ -145,10 +147,13 @@ impl Mount {
             config.ownership,
         ));
         // Mounting includes the kernel's init: what it agreed to is known.
-        let session = Session::new(DevFuse(server.clone()), mountpoint, &options)?;
+        let session = Session::new(Handshake(server.clone()), mountpoint, &options)?;
         let dev = Arc::new(session.as_fd().try_clone_to_owned()?);
         let _ = server.dev.set(dev.clone());
-        let rings = if server.uring.load(Ordering::Relaxed) {
+        let uring = server.uring.load(Ordering::Relaxed);
+        // With io_uring, only forgets come through /dev/fuse: no polling.
+        let readers = dev_fuse::Readers::start(server.clone(), &dev, config.threads.max(2), !uring)?;
+        let rings = if uring {
             Some(uring::Rings::start(server, dev, config.threads)?)
         } else {
             None
@@ -159,6 +164,7 @@ impl Mount {
             .map_err(|e| io::Error::other(format!("watching the store: {e:#}")))?;
         Ok(Mount {
             session,
+            readers,
             mountpoint: mountpoint.to_path_buf(),
             rings,
             watcher,
@@ -174,16 +180,12 @@ impl Mount {
 
     /// Serves requests until unmounted.
     pub fn run(self) -> io::Result<()> {
-        let result = match self.session.run() {
-            // The kernel aborts the connection (rather than ending it) when
-            // a detached mount's last open file is closed: served to the end.
-            Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => Ok(()),
-            other => other,
-        };
+        let result = self.readers.join();
         if let Some(rings) = self.rings {
             rings.stop();
         }
         self.watcher.stop();
+        drop(self.session);
         result
     }
 }

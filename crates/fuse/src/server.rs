@@ -1,6 +1,6 @@
-//! The answers to kernel requests, as plain values: both ways requests
-//! arrive (reads of `/dev/fuse` through fuser, and FUSE over io_uring)
-//! encode these. Names, attributes and bytes all come from [`Library`].
+//! The answers to kernel requests, as plain values, which
+//! [`crate::protocol`] encodes for both ways requests arrive (`/dev/fuse`
+//! and FUSE over io_uring). Names, attributes and bytes all come from [`Library`].
 
 use std::collections::HashMap;
 use std::io;

@@ -11,20 +11,21 @@
 //! and a payload buffer (names in, data and listings out). The answer goes
 //! back in the same buffers with one COMMIT_AND_FETCH, which also waits
 //! for the next request. Forgets and interrupts still come through
-//! `/dev/fuse` (fuser's threads), as does everything if io_uring cannot be
-//! set up.
+//! `/dev/fuse` ([`crate::dev_fuse`]), as does everything if io_uring
+//! cannot be set up.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use fuser::{Errno, FileAttr, FileType};
+use fuser::Errno;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use crate::server::{dir_entries, kind_of, Server, BLOCK_SIZE, TTL};
+use crate::protocol::{self, out_header, Request, NAME_MAX_IN, OP_IN, OUT_HEADER};
+use crate::server::Server;
 
 /// The largest request or answer payload: reads and readahead of 1 MiB
 /// (the kernel's default page limit per request), and the mount's
@@ -34,7 +35,6 @@ pub(crate) const PAYLOAD: usize = 1 << 20;
 /// `struct fuse_uring_req_header`: 128 bytes for the in/out header, 128 for
 /// the per-operation struct, 32 for `fuse_uring_ent_in_out`.
 const HEADER: usize = 288;
-const OP_IN: usize = 128;
 const ENT_IN_OUT: usize = 256;
 
 const CMD_REGISTER: u32 = 1;
@@ -46,20 +46,6 @@ const ENTRIES_PER_THREAD: usize = 1;
 
 /// How often an idle thread looks whether the mount has ended.
 const IDLE_CHECK: Duration = Duration::from_secs(2);
-
-// FUSE opcodes served here; every other one is answered ENOSYS, as fuser
-// answers the operations the file system does not implement.
-const LOOKUP: u32 = 1;
-const GETATTR: u32 = 3;
-const OPEN: u32 = 14;
-const READ: u32 = 15;
-const STATFS: u32 = 17;
-const RELEASE: u32 = 18;
-const FLUSH: u32 = 25;
-const OPENDIR: u32 = 27;
-const READDIR: u32 = 28;
-const RELEASEDIR: u32 = 29;
-const READDIRPLUS: u32 = 44;
 
 type Ring = IoUring<squeue::Entry128, cqueue::Entry>;
 
@@ -302,218 +288,34 @@ fn answer_or_eio(server: &Server, entry: &mut Entry) -> u64 {
 
 /// Answers the request in `entry` in place: returns its commit id.
 fn answer(server: &Server, entry: &mut Entry) -> u64 {
-    let opcode = entry.u32_at(4);
     let unique = entry.u64_at(8);
-    let nodeid = entry.u64_at(16);
     let commit_id = entry.u64_at(ENT_IN_OUT + 8);
-    let in_size = (entry.u32_at(ENT_IN_OUT + 16) as usize).min(PAYLOAD);
+    let in_size = (entry.u32_at(ENT_IN_OUT + 16) as usize).min(NAME_MAX_IN + 1);
     let op_in: [u8; OP_IN] = entry.header[OP_IN..2 * OP_IN].try_into().unwrap();
-    let result = {
-        let mut out = Out::new(&mut entry.payload);
-        match opcode {
-            LOOKUP => {
-                let name = out.buf[..in_size].split(|&b| b == 0).next().unwrap_or_default();
-                match server.lookup(nodeid, name) {
-                    Ok(attr) => {
-                        out.entry_out(&attr);
-                        Ok(())
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-            GETATTR => server.getattr(nodeid).map(|attr| {
-                out.u64(TTL.as_secs());
-                out.u32(TTL.subsec_nanos());
-                out.u32(0);
-                out.attr(&attr);
-            }),
-            OPEN => server.open(nodeid, u32_in(&op_in, 0) as i32).map(|opened| {
-                out.u64(opened.fh);
-                out.u32(opened.flags.bits());
-                out.u32(opened.backing.as_ref().map_or(0, |b| b.id()));
-            }),
-            READ => {
-                let (fh, offset, size) = (u64_in(&op_in, 0), u64_in(&op_in, 8), u32_in(&op_in, 16));
-                let want = (size as usize).min(PAYLOAD);
-                server.read(fh, offset, &mut out.buf[..want]).map(|n| out.len = n)
-            }
-            RELEASE => {
-                server.release(nodeid, u64_in(&op_in, 0));
-                Ok(())
-            }
-            FLUSH | RELEASEDIR => Ok(()),
-            OPENDIR => server.opendir(nodeid).map(|flags| {
-                out.u64(0);
-                out.u32(flags.bits());
-                out.u32(0);
-            }),
-            READDIR | READDIRPLUS => {
-                let (offset, size) = (u64_in(&op_in, 8), u32_in(&op_in, 16) as usize);
-                out.listing(server, nodeid, offset, size.min(PAYLOAD), opcode == READDIRPLUS)
-            }
-            STATFS => {
-                out.statfs(server.file_count());
-                Ok(())
-            }
-            _ => Err(Errno::ENOSYS),
-        }
-        .map(|()| out.len)
+    // The name comes in the buffer the answer goes to.
+    let mut name = [0u8; NAME_MAX_IN + 1];
+    name[..in_size].copy_from_slice(&entry.payload[..in_size]);
+    let request = Request {
+        opcode: entry.u32_at(4),
+        nodeid: entry.u64_at(16),
+        op_in: &op_in,
+        name: &name[..in_size],
     };
+    let result = protocol::answer(server, &request, &mut entry.payload);
     write_out_header(entry, unique, result);
     commit_id
 }
 
-/// `struct fuse_out_header` (len, error, unique), then the payload size.
+/// `struct fuse_out_header`, then the payload size.
 fn write_out_header(entry: &mut Entry, unique: u64, result: Result<usize, Errno>) {
-    let (error, len) = match result {
-        Ok(len) => (0i32, len),
-        Err(e) => (-e.code(), 0),
-    };
-    entry.header[0..4].copy_from_slice(&(16 + len as u32).to_ne_bytes());
-    entry.header[4..8].copy_from_slice(&error.to_ne_bytes());
-    entry.header[8..16].copy_from_slice(&unique.to_ne_bytes());
-    entry.header[ENT_IN_OUT + 16..ENT_IN_OUT + 20].copy_from_slice(&(len as u32).to_ne_bytes());
-}
-
-fn u32_in(b: &[u8], at: usize) -> u32 {
-    u32::from_ne_bytes(b[at..at + 4].try_into().unwrap())
-}
-
-fn u64_in(b: &[u8], at: usize) -> u64 {
-    u64::from_ne_bytes(b[at..at + 8].try_into().unwrap())
-}
-
-/// An answer being written into a payload buffer, in the kernel's layout.
-struct Out<'a> {
-    buf: &'a mut [u8],
-    len: usize,
-}
-
-/// `struct fuse_entry_out` (40 bytes and a 88-byte `fuse_attr`).
-const ENTRY_OUT: usize = 128;
-/// `struct fuse_dirent` before the name.
-const DIRENT: usize = 24;
-
-impl<'a> Out<'a> {
-    fn new(buf: &'a mut [u8]) -> Out<'a> {
-        Out { buf, len: 0 }
-    }
-
-    fn bytes(&mut self, b: &[u8]) {
-        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
-        self.len += b.len();
-    }
-
-    fn u64(&mut self, v: u64) {
-        self.bytes(&v.to_ne_bytes());
-    }
-
-    fn u32(&mut self, v: u32) {
-        self.bytes(&v.to_ne_bytes());
-    }
-
-    /// `struct fuse_attr`.
-    fn attr(&mut self, a: &FileAttr) {
-        let times = [a.atime, a.mtime, a.ctime].map(unix_time);
-        let kind = match a.kind {
-            FileType::Directory => libc::S_IFDIR,
-            _ => libc::S_IFREG,
-        };
-        self.u64(a.ino.0);
-        self.u64(a.size);
-        self.u64(a.blocks);
-        for (secs, _) in times {
-            self.u64(secs);
-        }
-        for (_, nanos) in times {
-            self.u32(nanos);
-        }
-        self.u32(kind | u32::from(a.perm));
-        self.u32(a.nlink);
-        self.u32(a.uid);
-        self.u32(a.gid);
-        self.u32(a.rdev);
-        self.u32(a.blksize);
-        self.u32(0);
-    }
-
-    /// `struct fuse_entry_out`.
-    fn entry_out(&mut self, a: &FileAttr) {
-        self.u64(a.ino.0);
-        self.u64(0); // generation
-        self.u64(TTL.as_secs());
-        self.u64(TTL.as_secs());
-        self.u32(TTL.subsec_nanos());
-        self.u32(TTL.subsec_nanos());
-        self.attr(a);
-    }
-
-    /// `struct fuse_statfs_out`: no blocks (nothing can be written), the
-    /// file count, the preferred I/O size and the name length limit.
-    fn statfs(&mut self, files: u64) {
-        for v in [0, 0, 0, files, 0] {
-            self.u64(v);
-        }
-        self.u32(BLOCK_SIZE);
-        self.u32(retagfs_core::tree::NAME_MAX as u32);
-        self.u32(BLOCK_SIZE);
-        for _ in 0..7 {
-            self.u32(0);
-        }
-    }
-
-    /// Directory entries from `offset` on, as many as fit in `size` bytes
-    /// (`struct fuse_direntplus` with attributes, else `fuse_dirent`).
-    fn listing(
-        &mut self,
-        server: &Server,
-        ino: u64,
-        offset: u64,
-        size: usize,
-        plus: bool,
-    ) -> Result<(), Errno> {
-        let tree = server.lib.tree();
-        dir_entries(&tree, ino, offset, |child, node, next, name| {
-            let attr = match (plus, node) {
-                (true, Some(node)) => Some(server.attr(&tree, child, node)),
-                (true, None) => return false,
-                (false, _) => None,
-            };
-            let fixed = if plus { ENTRY_OUT + DIRENT } else { DIRENT };
-            let record = (fixed + name.len()).next_multiple_of(8);
-            if self.len + record > size {
-                return true;
-            }
-            let start = self.len;
-            if let Some(attr) = &attr {
-                self.entry_out(attr);
-            }
-            let dtype = match kind_of(node) {
-                FileType::RegularFile => libc::DT_REG,
-                _ => libc::DT_DIR,
-            };
-            self.u64(child);
-            self.u64(next);
-            self.u32(name.len() as u32);
-            self.u32(u32::from(dtype));
-            self.bytes(name.as_bytes());
-            self.buf[self.len..start + record].fill(0);
-            self.len = start + record;
-            false
-        })
-    }
-}
-
-/// Seconds and nanoseconds since the epoch (0 for earlier times).
-fn unix_time(t: SystemTime) -> (u64, u32) {
-    t.duration_since(UNIX_EPOCH)
-        .map_or((0, 0), |d| (d.as_secs(), d.subsec_nanos()))
+    entry.header[..OUT_HEADER].copy_from_slice(&out_header(unique, result));
+    let len = result.unwrap_or(0) as u32;
+    entry.header[ENT_IN_OUT + 16..ENT_IN_OUT + 20].copy_from_slice(&len.to_ne_bytes());
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fuser::INodeNo;
 
     #[test]
     fn sqe_len_is_where_the_kernel_reads_it() {
@@ -534,53 +336,5 @@ mod tests {
         assert_eq!(parse_cpu_list_end("0"), Some(1));
         assert_eq!(parse_cpu_list_end("0-3,8-11"), Some(12));
         assert_eq!(parse_cpu_list_end(""), None);
-    }
-
-    fn attr(kind: FileType) -> FileAttr {
-        let t = UNIX_EPOCH + Duration::new(1_700_000_000, 5);
-        FileAttr {
-            ino: INodeNo(42),
-            size: 1000,
-            blocks: 2,
-            atime: t,
-            mtime: t,
-            ctime: t,
-            crtime: t,
-            kind,
-            perm: 0o444,
-            nlink: 1,
-            uid: 7,
-            gid: 8,
-            rdev: 0,
-            flags: 0,
-            blksize: BLOCK_SIZE,
-        }
-    }
-
-    #[test]
-    fn entry_out_has_the_kernel_layout() {
-        let mut buf = [0u8; 256];
-        let mut out = Out::new(&mut buf);
-        out.entry_out(&attr(FileType::RegularFile));
-        assert_eq!(out.len, ENTRY_OUT);
-        assert_eq!(u64_in(&buf, 0), 42, "nodeid");
-        assert_eq!(u64_in(&buf, 16), TTL.as_secs(), "entry_valid");
-        let a = 40; // fuse_attr
-        assert_eq!(u64_in(&buf, a), 42);
-        assert_eq!(u64_in(&buf, a + 8), 1000);
-        assert_eq!(u64_in(&buf, a + 32), 1_700_000_000, "mtime");
-        assert_eq!(u32_in(&buf, a + 52), 5, "mtimensec");
-        assert_eq!(u32_in(&buf, a + 60), libc::S_IFREG | 0o444, "mode");
-        assert_eq!(u32_in(&buf, a + 68), 7, "uid");
-        assert_eq!(u32_in(&buf, a + 80), BLOCK_SIZE, "blksize");
-    }
-
-    #[test]
-    fn statfs_out_is_80_bytes() {
-        let mut buf = [0u8; 128];
-        let mut out = Out::new(&mut buf);
-        out.statfs(20_000);
-        assert_eq!(out.len, 80);
-        assert_eq!(u64_in(&buf, 24), 20_000);
     }
 }
