@@ -21,6 +21,9 @@ directly on the backing files in the same run, as a ratio:
 
 The daemon's RSS is printed after each phase (mount, walk, stat, open, reads,
 concurrent readers, refresh), per track where the mount serves a library.
+When the mounts take requests through io_uring, the first walk, the stat
+and the open rows are measured again through /dev/fuse (`--io-uring off`),
+as an ordinary user's mount or a kernel without it would take them.
 
 Usage: scripts/bench.py [--tracks 20000] [--work DIR] [--runs 3] [--only AREA,...]
 Needs root for drop_caches (cold rows are skipped otherwise, and say so).
@@ -489,16 +492,28 @@ def bench_tree(work, lib, db, runs, label=""):
     row("walk", f"find -type f, fresh mount{label}", spread(walk_first),
         direct_find)
     rss_row("walk", f"daemon RSS after it{label}", rss_walked, tracks)
-    if IO_URING[1] == "on":
-        # The same through /dev/fuse, to show what io_uring changes.
-        dev_first = []
-        for _ in range(runs):
-            m = Mount(db, mnt, io_uring="off")
-            m.wait_ls()
-            t0 = time.perf_counter()
-            find(mnt)
-            dev_first.append(time.perf_counter() - t0)
-            m.stop()
+    # The same through /dev/fuse (an ordinary user's mount, or a kernel
+    # without FUSE over io_uring), to show what io_uring changes.
+    through_dev = IO_URING[1] == "on"
+    dev_first, dev_stat, dev_opened = [], [], []
+    for _ in range(runs if through_dev else 0):
+        m = Mount(db, mnt, io_uring="off")
+        m.wait_ls()
+        t0 = time.perf_counter()
+        find(mnt)
+        dev_first.append(time.perf_counter() - t0)
+        m.stop()
+        m = Mount(db, mnt, io_uring="off")
+        m.wait_ls()
+        t0 = time.perf_counter()
+        sh("find", mnt, "-type", "f", "-printf", "%s\n")
+        dev_stat.append(time.perf_counter() - t0)
+        served = all_files(mnt)
+        t0 = time.perf_counter()
+        read_starts(served)
+        dev_opened.append(time.perf_counter() - t0)
+        m.stop()
+    if through_dev:
         row("walk", f"find -type f, fresh mount, through /dev/fuse{label}",
             spread(dev_first), direct_find)
     m = Mount(db, mnt)
@@ -509,11 +524,17 @@ def bench_tree(work, lib, db, runs, label=""):
     direct_stat = timed(lambda: sh("find", lib, "-type", "f", "-printf", "%s\n"), runs)
     row("stat", f"stat of every file (find -printf %s), fresh mount{label}",
         spread(stat_first), direct_stat)
+    if through_dev:
+        row("stat", f"stat of every file, fresh mount, through /dev/fuse{label}",
+            spread(dev_stat), direct_stat)
     rss_row("stat", f"daemon RSS after stat of every file{label}", rss, tracks)
     files = all_files(lib)
     read_starts(files)
+    direct_open = timed(lambda: read_starts(files), runs)
     row("open", f"open + first 4 KiB of every file, once{label}", spread(opened_first),
-        timed(lambda: read_starts(files), runs), note="an indexer's first pass")
+        direct_open, note="an indexer's first pass")
+    if through_dev:
+        row("open", f"the same, through /dev/fuse{label}", spread(dev_opened), direct_open)
     rss_row("open", f"daemon RSS after it{label}", rss_opened, tracks)
 
 
