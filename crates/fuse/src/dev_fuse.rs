@@ -132,9 +132,9 @@ fn serve(server: &Server, own: &OwnedFd, poller: Option<&Poller>) -> io::Result<
     let mut request = vec![0u8; REQUEST_BUFFER];
     let mut answer = vec![0u8; OUT_HEADER + PAYLOAD];
     loop {
-        let next = match poller.map(|p| p.poll(&mut request)) {
-            Some(Ok(Some(len))) => Ok((poller.unwrap().dev.as_fd(), len)),
-            Some(Err(e)) => Err(e),
+        let next = match poller.map(|p| (p, p.poll(&mut request))) {
+            Some((p, Ok(Some(len)))) => Ok((p.dev.as_fd(), len)),
+            Some((_, Err(e))) => Err(e),
             _ => read_blocking(own, &mut request).map(|len| (own.as_fd(), len)),
         };
         match next {
