@@ -7,6 +7,10 @@ import errno
 import hashlib
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -105,3 +109,40 @@ def test_a_library_on_network_storage_is_scanned_on_many_threads(tmp_path, fault
     # -j still decides.
     assert "walking on 3 threads, probing on 3" in run(
         "scan", "-v", "-j", "3", str(backing), "--db", str(tmp_path / "network.db")).stderr
+
+
+OPEN_AND_READ_WITH_SIGNALS = r"""
+import hashlib, os, signal, sys
+signal.signal(signal.SIGUSR1, lambda *_: None)
+print("opening", flush=True)
+with open(sys.argv[1], "rb", buffering=0) as f:
+    print(hashlib.sha256(f.read()).hexdigest(), flush=True)
+"""
+
+
+def test_an_open_interrupted_by_signals_completes(tmp_path, faulty, mount):
+    """A signal to a process waiting for an open makes the kernel send the
+    daemon an interrupt for the request (seen with strace: opcode 36).
+    retagfs does not cancel requests: it answers the interrupt ENOSYS, and
+    the kernel waits the open out. The open and the read end with the
+    right bytes and the mount stays up."""
+    backing, control = faulty
+    db = tmp_path / "store.db"
+    run("scan", str(backing), "--db", str(db))
+    m = mount(db)
+    path = served_files(m.mnt)[0]
+    expected = sha(read_uncached(path))
+    # Each open of a backing file (and each read of one) now waits.
+    set_faults(control, "mode=ok meta_delay_ms=400 delay_ms=100")
+    reader = subprocess.Popen([sys.executable, "-c", OPEN_AND_READ_WITH_SIGNALS, path],
+                              stdout=subprocess.PIPE, text=True)
+    assert reader.stdout.readline().strip() == "opening"
+    for _ in range(5):
+        time.sleep(0.1)
+        reader.send_signal(signal.SIGUSR1)
+    out, _ = reader.communicate(timeout=60)
+    assert reader.returncode == 0
+    assert out.strip() == expected
+    set_faults(control, "mode=ok")
+    assert sha(read_uncached(path)) == expected
+    assert "panic" not in m.stop()

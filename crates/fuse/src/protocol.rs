@@ -92,7 +92,9 @@ pub(crate) fn answer(server: &Server, req: &Request, out: &mut [u8]) -> Result<u
             out.listing(server, nodeid, offset, size, req.opcode == READDIRPLUS)?;
         }
         STATFS => out.statfs(server.file_count()),
-        // Not supported: the kernel sends no more interrupts.
+        // Requests are not cancelled; the kernel waits them out. It sends
+        // no more interrupts once this answer reaches the descriptor that
+        // read the interrupted request (elsewhere it finds no request).
         INTERRUPT => return Err(Errno::ENOSYS),
         _ => return Err(Errno::ENOSYS),
     }
