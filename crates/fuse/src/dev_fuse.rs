@@ -23,8 +23,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use fuser::Errno;
-
 use crate::protocol::{self, expects_answer, out_header, u32_in, u64_in, Request, OP_IN, OUT_HEADER};
 use crate::server::Server;
 use crate::uring::PAYLOAD;
@@ -220,20 +218,14 @@ fn answer_request(server: &Server, dev: BorrowedFd, request: &[u8], answer: &mut
         return;
     }
     let (header, body) = answer.split_at_mut(OUT_HEADER);
-    let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let (op_in, name) = parsed;
-        let request = Request {
-            opcode,
-            nodeid: u64_in(request, 16),
-            op_in: &op_in,
-            name,
-        };
-        protocol::answer(server, &request, body)
-    }));
-    let result = answered.unwrap_or_else(|_| {
-        tracing::error!("/dev/fuse: answering opcode {opcode} panicked; answered EIO");
-        Err(Errno::EIO)
-    });
+    let (op_in, name) = parsed;
+    let req = Request {
+        opcode,
+        nodeid: u64_in(request, 16),
+        op_in: &op_in,
+        name,
+    };
+    let result = protocol::answer(server, &req, body);
     header.copy_from_slice(&out_header(unique, result));
     let len = OUT_HEADER + result.unwrap_or(0);
     // SAFETY: `answer` is readable for `len` bytes.

@@ -49,8 +49,18 @@ pub(crate) fn expects_answer(opcode: u32) -> bool {
 }
 
 /// Writes the answer to `req` at the start of `out` (at least as long as
-/// the largest read): its length, or the error to answer.
+/// the largest read): its length, or the error to answer. A panic while
+/// answering is answered EIO, with a log line: a request left unanswered
+/// would hang its caller.
 pub(crate) fn answer(server: &Server, req: &Request, out: &mut [u8]) -> Result<usize, Errno> {
+    let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| answer_in(server, req, out)));
+    answered.unwrap_or_else(|_| {
+        tracing::error!("answering opcode {} panicked; answered EIO", req.opcode);
+        Err(Errno::EIO)
+    })
+}
+
+fn answer_in(server: &Server, req: &Request, out: &mut [u8]) -> Result<usize, Errno> {
     let op_in = req.op_in;
     let nodeid = req.nodeid;
     let mut out = Out::new(out);

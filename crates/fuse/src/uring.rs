@@ -245,7 +245,7 @@ fn serve_queue(server: &Server, dev: &OwnedFd, qid: u16, stop: &AtomicBool) {
                 continue;
             }
             let entry = &mut entries[i];
-            let commit_id = answer_or_eio(server, entry);
+            let commit_id = answer(server, entry);
             let sqe = command(dev, CMD_COMMIT_AND_FETCH, qid, commit_id, entry, i);
             // SAFETY: as for the registration above.
             unsafe { ring.submission().push(&sqe) }.expect("one command per entry fits");
@@ -269,21 +269,6 @@ fn refuse_ring(dev: &OwnedFd, qid: u16) {
         let _ = ring.submission().push(&sqe);
     }
     let _ = ring.submit_and_wait(1);
-}
-
-/// [`answer`], and EIO with a log line should it panic: a request left
-/// unanswered would hang its caller.
-fn answer_or_eio(server: &Server, entry: &mut Entry) -> u64 {
-    let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| answer(server, entry)));
-    answered.unwrap_or_else(|_| {
-        tracing::error!(
-            "io_uring: answering opcode {} panicked; answered EIO",
-            entry.u32_at(4)
-        );
-        let (unique, commit_id) = (entry.u64_at(8), entry.u64_at(ENT_IN_OUT + 8));
-        write_out_header(entry, unique, Err(Errno::EIO));
-        commit_id
-    })
 }
 
 /// Answers the request in `entry` in place: returns its commit id.
