@@ -11,14 +11,22 @@
 //! walk, a `stat` of every file or an indexer's first pass spent most of
 //! its time in those wakeups. So after each request one thread at a time
 //! keeps asking for the next, without sleeping, for a short while
-//! ([`POLL_FOR`]): during a burst of requests the next is taken as soon as
+//! ([`Windows`]): during a burst of requests the next is taken as soon as
 //! it is queued, and an idle mount costs nothing.
+//!
+//! How long to poll is learned per kind of request just answered, by the
+//! rule of the kernel's own idle polling (haltpoll): when the next request
+//! came within [`POLL_MAX`], a longer window would have caught it, so the
+//! window grows; when it came later, the poll was wasted, so it shrinks.
+//! A client's pauses follow what it was answered: after an open its read
+//! comes at once, after a close a tagger parses the file for longer than
+//! any window, so polling after closes dies out and after opens stays.
 
 use std::fs::OpenOptions;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -27,8 +35,19 @@ use crate::protocol::{self, expects_answer, out_header, u32_in, u64_in, Request,
 use crate::server::Server;
 use crate::uring::PAYLOAD;
 
-/// How long a thread keeps asking for the next request after the last.
-const POLL_FOR: Duration = Duration::from_micros(200);
+/// The longest a thread keeps asking for the next request after the last,
+/// and the window every kind of request starts with. Walks and indexers
+/// send their next request within tens of microseconds; a longer window
+/// mostly spins while a client works (measured: 200 us cost a tagger's
+/// pass half again the daemon's CPU of 100 us, for the same time).
+const POLL_MAX: Duration = Duration::from_micros(100);
+
+/// The window a grown one starts from; one shrunk below it is none.
+const POLL_START: Duration = Duration::from_micros(20);
+
+/// Poll windows are kept per opcode below this; the rare higher ones
+/// (CUSE's) share the last.
+const KINDS: usize = 64;
 
 /// `struct fuse_in_header`.
 const IN_HEADER: usize = 40;
@@ -45,11 +64,76 @@ pub(crate) struct Readers {
     threads: Vec<JoinHandle<io::Result<()>>>,
 }
 
-/// The descriptor the polling thread asks on (non-blocking), and whether a
-/// thread is asking.
+/// The descriptor the polling thread asks on (non-blocking), whether a
+/// thread is asking, and how long to ask.
 struct Poller {
     dev: OwnedFd,
     busy: AtomicBool,
+    windows: Windows,
+}
+
+/// Poll windows per opcode of the request answered before the poll, and
+/// the poll that gave up last, waiting to learn when the next request came.
+struct Windows {
+    micros: [AtomicU32; KINDS],
+    /// `(microseconds since `epoch` the poll started) << 8 | kind`, 0 when
+    /// no poll gave up since the last request.
+    gave_up: AtomicU64,
+    epoch: Instant,
+}
+
+impl Windows {
+    fn new() -> Windows {
+        Windows {
+            micros: std::array::from_fn(|_| AtomicU32::new(POLL_MAX.as_micros() as u32)),
+            gave_up: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn kind(opcode: u32) -> usize {
+        (opcode as usize).min(KINDS - 1)
+    }
+
+    /// How long to poll after answering `opcode`.
+    fn window(&self, opcode: u32) -> Duration {
+        Duration::from_micros(self.micros[Self::kind(opcode)].load(Ordering::Relaxed).into())
+    }
+
+    /// A poll after `opcode`, started at `started`, found nothing.
+    fn gave_up(&self, opcode: u32, started: Instant) {
+        // +1: a poll started at the epoch still reads as one pending.
+        let micros = started.duration_since(self.epoch).as_micros() as u64 + 1;
+        self.gave_up
+            .store(micros << 8 | Self::kind(opcode) as u64, Ordering::Relaxed);
+    }
+
+    /// A request came to a sleeping thread: adapts the window of the poll
+    /// that gave up before it, by how long after that poll's start it came.
+    fn request_came(&self) {
+        let pending = self.gave_up.swap(0, Ordering::Relaxed);
+        if pending == 0 {
+            return;
+        }
+        let (started, kind) = (pending >> 8, (pending & 0xff) as usize);
+        let now = self.epoch.elapsed().as_micros() as u64 + 1;
+        let idle = Duration::from_micros(now.saturating_sub(started));
+        let window = &self.micros[kind];
+        let old = Duration::from_micros(window.load(Ordering::Relaxed).into());
+        window.store(adapted(old, idle).as_micros() as u32, Ordering::Relaxed);
+    }
+}
+
+/// The next window after one of `window` that gave up, the next request
+/// having come `idle` after the poll started.
+fn adapted(window: Duration, idle: Duration) -> Duration {
+    if idle <= POLL_MAX {
+        (window * 2).clamp(POLL_START, POLL_MAX)
+    } else if window / 2 < POLL_START {
+        Duration::ZERO
+    } else {
+        window / 2
+    }
 }
 
 impl Readers {
@@ -66,6 +150,7 @@ impl Readers {
                 Ok(dev) => Some(Arc::new(Poller {
                     dev,
                     busy: AtomicBool::new(false),
+                    windows: Windows::new(),
                 })),
                 Err(e) => {
                     tracing::debug!(
@@ -129,14 +214,23 @@ fn clone_dev(dev: &OwnedFd, nonblocking: bool) -> io::Result<OwnedFd> {
 fn serve(server: &Server, own: &OwnedFd, poller: Option<&Poller>) -> io::Result<()> {
     let mut request = vec![0u8; REQUEST_BUFFER];
     let mut answer = vec![0u8; OUT_HEADER + PAYLOAD];
+    // The opcode answered last; the first thread polls as after a lookup.
+    let mut answered = protocol::LOOKUP;
     loop {
-        let next = match poller.map(|p| (p, p.poll(&mut request))) {
+        let next = match poller.map(|p| (p, p.poll(answered, &mut request))) {
             Some((p, Ok(Some(len)))) => Ok((p.dev.as_fd(), len)),
             Some((_, Err(e))) => Err(e),
-            _ => read_blocking(own, &mut request).map(|len| (own.as_fd(), len)),
+            _ => read_blocking(own, &mut request).map(|len| {
+                if let Some(p) = poller {
+                    p.windows.request_came();
+                }
+                (own.as_fd(), len)
+            }),
         };
         match next {
-            Ok((dev, len)) => answer_request(server, dev, &request[..len], &mut answer),
+            Ok((dev, len)) => {
+                answered = answer_request(server, dev, &request[..len], &mut answer);
+            }
             Err(e) if ended(&e) => return Ok(()),
             Err(e) => {
                 tracing::error!("reading /dev/fuse: {e}; this thread stops");
@@ -147,18 +241,20 @@ fn serve(server: &Server, own: &OwnedFd, poller: Option<&Poller>) -> io::Result<
 }
 
 impl Poller {
-    /// A request read within [`POLL_FOR`], or `None` when none came (or
-    /// another thread is polling).
-    fn poll(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    /// A request read within the window learned for what follows
+    /// `answered`, or `None` when none came (or another thread is polling).
+    fn poll(&self, answered: u32, buf: &mut [u8]) -> io::Result<Option<usize>> {
         if self.busy.swap(true, Ordering::Acquire) {
             return Ok(None);
         }
-        let until = Instant::now() + POLL_FOR;
+        let started = Instant::now();
+        let until = started + self.windows.window(answered);
         let result = loop {
             match read(&self.dev, buf) {
                 Ok(len) => break Ok(Some(len)),
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
                     if Instant::now() >= until {
+                        self.windows.gave_up(answered, started);
                         break Ok(None);
                     }
                     // Lets the caller run should it share this CPU.
@@ -205,17 +301,17 @@ fn ended(e: &io::Error) -> bool {
 }
 
 /// Answers one request on the descriptor it was read from (the kernel
-/// looks for it among that descriptor's requests).
-fn answer_request(server: &Server, dev: BorrowedFd, request: &[u8], answer: &mut [u8]) {
+/// looks for it among that descriptor's requests); its opcode.
+fn answer_request(server: &Server, dev: BorrowedFd, request: &[u8], answer: &mut [u8]) -> u32 {
     let Some((unique, opcode, parsed)) = parse(request) else {
         tracing::error!(
             "/dev/fuse: a request of {} bytes, too short; not answered",
             request.len()
         );
-        return;
+        return 0;
     };
     if !expects_answer(opcode) {
-        return;
+        return opcode;
     }
     let (header, body) = answer.split_at_mut(OUT_HEADER);
     let (op_in, name) = parsed;
@@ -238,6 +334,7 @@ fn answer_request(server: &Server, dev: BorrowedFd, request: &[u8], answer: &mut
             tracing::warn!("/dev/fuse: answering opcode {opcode}: {e}");
         }
     }
+    opcode
 }
 
 /// A request's id, opcode, per-operation struct (zero-padded) and what
@@ -293,6 +390,58 @@ mod tests {
         assert_eq!(u64_in(&op_in, 0), 9);
         assert_eq!(u64_in(&op_in, 8), 4096);
         assert_eq!(u32_in(&op_in, 16), 131_072);
+    }
+
+    fn us(n: u64) -> Duration {
+        Duration::from_micros(n)
+    }
+
+    #[test]
+    fn a_window_grows_when_the_next_request_came_soon_after_it() {
+        assert_eq!(adapted(Duration::ZERO, us(30)), POLL_START);
+        assert_eq!(adapted(us(20), us(35)), us(40));
+        assert_eq!(adapted(us(80), us(90)), POLL_MAX);
+        assert_eq!(adapted(POLL_MAX, POLL_MAX), POLL_MAX);
+    }
+
+    #[test]
+    fn a_window_shrinks_to_none_when_the_next_request_came_late() {
+        let late = POLL_MAX + us(1);
+        assert_eq!(adapted(POLL_MAX, late), POLL_MAX / 2);
+        assert_eq!(adapted(POLL_MAX / 2, late), POLL_MAX / 4);
+        assert_eq!(adapted(POLL_MAX / 4, late), Duration::ZERO);
+        assert_eq!(adapted(Duration::ZERO, late), Duration::ZERO);
+    }
+
+    #[test]
+    fn each_kind_of_request_learns_its_own_window() {
+        use crate::protocol::{OPEN, RELEASE};
+        let windows = Windows::new();
+        std::thread::sleep(Duration::from_millis(2));
+        // After every close the client paused a millisecond: no polling.
+        for _ in 0..3 {
+            windows.gave_up(RELEASE, Instant::now() - Duration::from_millis(1));
+            windows.request_came();
+        }
+        assert_eq!(windows.window(RELEASE), Duration::ZERO);
+        assert_eq!(windows.window(OPEN), POLL_MAX);
+        // A request with no poll given up before it changes nothing.
+        windows.request_came();
+        assert_eq!(windows.window(RELEASE), Duration::ZERO);
+        // After a close the next request came at once: polling again.
+        windows.gave_up(RELEASE, Instant::now());
+        windows.request_came();
+        assert_eq!(windows.window(RELEASE), POLL_START);
+    }
+
+    #[test]
+    fn opcodes_beyond_the_table_share_its_last_window() {
+        let windows = Windows::new();
+        std::thread::sleep(Duration::from_millis(2));
+        windows.gave_up(4096, Instant::now() - Duration::from_millis(1));
+        windows.request_came();
+        assert_eq!(windows.window(4096), POLL_MAX / 2);
+        assert_eq!(windows.window(KINDS as u32 - 1), POLL_MAX / 2);
     }
 
     #[test]
