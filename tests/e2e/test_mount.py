@@ -514,10 +514,9 @@ def test_oddly_made_files_keep_their_audio_and_carry_the_store_tags(tmp_path, mo
     assert "ERROR" not in log and "WARN" not in log, log
 
 
-def test_an_ordinary_user_mounts_through_fusermount3(tmp_path, library):
-    """No root needed: a user mounts and unmounts with fusermount3 (Debian's
-    /dev/fuse is world-usable; this machine's may not be, so the test opens
-    it up for its duration)."""
+def nobodys_library(tmp_path, library):
+    """The library and its store in a home of user 65534: the command
+    prefix that runs as that user, the store and a mountpoint."""
     home = tmp_path / "nobody"
     shutil.copytree(library, home / "lib")
     (home / "mnt").mkdir()
@@ -527,6 +526,32 @@ def test_an_ordinary_user_mounts_through_fusermount3(tmp_path, library):
     as_nobody = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "env", f"HOME={home}"]
     db, mnt = str(home / "store.db"), str(home / "mnt")
     subprocess.run(as_nobody + [BIN, "scan", str(home / "lib"), "--db", db], check=True, capture_output=True)
+    return as_nobody, db, mnt
+
+
+def test_a_user_who_cannot_open_dev_fuse_is_told_what_to_do(tmp_path, library):
+    """/dev/fuse closed to users (as on this machine, or a host without
+    Debian's udev rule): the mount fails at once, exit code 1, and says
+    how to open it up rather than only "permission denied"."""
+    as_nobody, db, mnt = nobodys_library(tmp_path, library)
+    mode = stat.S_IMODE(os.stat("/dev/fuse").st_mode)
+    os.chmod("/dev/fuse", 0o600)
+    try:
+        p = subprocess.run(as_nobody + [BIN, "mount", mnt, "--db", db], capture_output=True, text=True,
+                           timeout=20)
+    finally:
+        os.chmod("/dev/fuse", mode)
+    assert p.returncode == 1, p.stderr
+    assert "this user cannot open /dev/fuse, mode 600" in p.stderr, p.stderr
+    assert "chmod 0666 /dev/fuse" in p.stderr, p.stderr
+    assert f" {mnt} " not in open("/proc/mounts").read()
+
+
+def test_an_ordinary_user_mounts_through_fusermount3(tmp_path, library):
+    """No root needed: a user mounts and unmounts with fusermount3 (Debian's
+    /dev/fuse is world-usable; this machine's may not be, so the test opens
+    it up for its duration)."""
+    as_nobody, db, mnt = nobodys_library(tmp_path, library)
     mode = stat.S_IMODE(os.stat("/dev/fuse").st_mode)
     os.chmod("/dev/fuse", 0o666)
     daemon = None

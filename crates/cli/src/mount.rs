@@ -1,5 +1,6 @@
 //! `retagfs mount`.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -177,12 +178,8 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
         io_uring: io_uring_wanted(a.io_uring)?,
         ownership,
     };
-    let mut mount = Mount::new(lib, &a.mountpoint, &mount_config).with_context(|| {
-        format!(
-            "mounting on {} (is /dev/fuse available and fuse3 installed?)",
-            a.mountpoint.display()
-        )
-    })?;
+    let mut mount = Mount::new(lib, &a.mountpoint, &mount_config)
+        .with_context(|| format!("mounting on {} ({})", a.mountpoint.display(), mount_hint()))?;
     let unmounter = mount.unmounter();
     let signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     let mountpoint = a.mountpoint.clone();
@@ -194,6 +191,40 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
     mount.run().context("serving the mount")?;
     eprintln!("retagfs: unmounted {}", a.mountpoint.display());
     Ok(())
+}
+
+/// What to do when a mount failed, from what this user can reach.
+fn mount_hint() -> String {
+    const DEV: &str = "/dev/fuse";
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let root = unsafe { libc::geteuid() } == 0;
+    match std::fs::OpenOptions::new().read(true).write(true).open(DEV) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            format!("{DEV} does not exist: load the fuse module (`modprobe fuse`), or in a container pass the device (`--device {DEV}`)")
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            let mode = std::fs::metadata(DEV)
+                .map(|m| format!("mode {:o}", m.permissions().mode() & 0o777))
+                .unwrap_or_default();
+            format!(
+                "this user cannot open {DEV}, {mode}: mount as root, or let users open it \
+                 as Debian's fuse3 package does (`chmod 0666 {DEV}`)"
+            )
+        }
+        _ if !root && !fusermount_installed() => {
+            "users other than root mount through fusermount3: install fuse3".into()
+        }
+        _ => "is fuse3 installed, and may this user mount there?".into(),
+    }
+}
+
+/// Whether fusermount3 (or the older fusermount) is where the mount looks
+/// for it: in `PATH`, `/sbin` or `/bin`.
+fn fusermount_installed() -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs = std::env::split_paths(&path).chain(["/sbin".into(), "/bin".into()]);
+    dirs.flat_map(|dir| ["fusermount3", "fusermount"].map(|name| dir.join(name)))
+        .any(|bin| bin.is_file())
 }
 
 /// The first signal unmounts (detaching the mount while files are open, so
