@@ -195,26 +195,59 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
 
 /// What to do when a mount failed, from what this user can reach.
 fn mount_hint() -> String {
-    const DEV: &str = "/dev/fuse";
-    // SAFETY: geteuid cannot fail and touches no memory.
-    let root = unsafe { libc::geteuid() } == 0;
-    match std::fs::OpenOptions::new().read(true).write(true).open(DEV) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            format!("{DEV} does not exist: load the fuse module (`modprobe fuse`), or in a container pass the device (`--device {DEV}`)")
+    FuseAccess::of_this_user().hint()
+}
+
+/// What a mount needs from the machine, as this user finds it.
+struct FuseAccess {
+    /// Opening `/dev/fuse` for reading and writing: why not, if it failed.
+    device: Result<(), std::io::ErrorKind>,
+    /// `/dev/fuse`'s permission bits, if it could be stat'ed.
+    mode: Option<u32>,
+    root: bool,
+    fusermount: bool,
+}
+
+const DEV_FUSE: &str = "/dev/fuse";
+
+impl FuseAccess {
+    fn of_this_user() -> FuseAccess {
+        let device = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(DEV_FUSE)
+            .map(drop)
+            .map_err(|e| e.kind());
+        FuseAccess {
+            device,
+            mode: std::fs::metadata(DEV_FUSE)
+                .ok()
+                .map(|m| m.permissions().mode() & 0o777),
+            // SAFETY: geteuid cannot fail and touches no memory.
+            root: unsafe { libc::geteuid() } == 0,
+            fusermount: fusermount_installed(),
         }
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            let mode = std::fs::metadata(DEV)
-                .map(|m| format!("mode {:o}", m.permissions().mode() & 0o777))
-                .unwrap_or_default();
-            format!(
-                "this user cannot open {DEV}, {mode}: mount as root, or let users open it \
-                 as Debian's fuse3 package does (`chmod 0666 {DEV}`)"
-            )
+    }
+
+    fn hint(&self) -> String {
+        use std::io::ErrorKind::{NotFound, PermissionDenied};
+        match self.device {
+            Err(NotFound) => format!(
+                "{DEV_FUSE} does not exist: load the fuse module (`modprobe fuse`), \
+                 or in a container pass the device (`--device {DEV_FUSE}`)"
+            ),
+            Err(PermissionDenied) => {
+                let mode = self.mode.map(|m| format!(", mode {m:o}")).unwrap_or_default();
+                format!(
+                    "this user cannot open {DEV_FUSE}{mode}: mount as root, or let users open it \
+                     as Debian's fuse3 package does (`chmod 0666 {DEV_FUSE}`)"
+                )
+            }
+            _ if !self.root && !self.fusermount => {
+                "users other than root mount through fusermount3: install fuse3".into()
+            }
+            _ => "is fuse3 installed, and may this user mount there?".into(),
         }
-        _ if !root && !fusermount_installed() => {
-            "users other than root mount through fusermount3: install fuse3".into()
-        }
-        _ => "is fuse3 installed, and may this user mount there?".into(),
     }
 }
 
@@ -252,5 +285,46 @@ fn stop_on_signals(mut signals: signal_hook::iterator::Signals, mut unmounter: U
         // unmounted by hand.
         let _ = unmounter.detach();
         std::process::exit(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::ErrorKind;
+
+    fn access(device: Result<(), ErrorKind>, root: bool, fusermount: bool) -> FuseAccess {
+        FuseAccess {
+            device,
+            mode: Some(0o600),
+            root,
+            fusermount,
+        }
+    }
+
+    #[test]
+    fn a_missing_device_asks_for_the_module_or_the_containers_device() {
+        let hint = access(Err(ErrorKind::NotFound), true, true).hint();
+        assert!(
+            hint.contains("modprobe fuse") && hint.contains("--device /dev/fuse"),
+            "{hint}"
+        );
+    }
+
+    #[test]
+    fn a_device_closed_to_this_user_names_its_mode_and_how_to_open_it() {
+        let hint = access(Err(ErrorKind::PermissionDenied), false, true).hint();
+        assert!(hint.contains("/dev/fuse, mode 600"), "{hint}");
+        assert!(
+            hint.contains("chmod 0666 /dev/fuse") && hint.contains("mount as root"),
+            "{hint}"
+        );
+    }
+
+    #[test]
+    fn a_user_without_fusermount3_is_told_to_install_fuse3() {
+        assert!(access(Ok(()), false, false).hint().contains("install fuse3"));
+        // Root mounts without it.
+        assert!(!access(Ok(()), true, false).hint().contains("install fuse3"));
     }
 }
