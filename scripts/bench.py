@@ -13,7 +13,8 @@ directly on the backing files in the same run, as a ratio:
   walk      `find -type f` over the mount, first and repeated
   stat      stat of every file on a fresh mount; daemon RSS afterwards
   open      then open every file and read its first 4 KiB (an indexer's
-            first pass)
+            first pass); on a fresh mount, the tags of 2,000 files read
+            with mutagen (a tagger's pass); the daemon's CPU beside both
   read      sequential (1 MiB) and random 4 KiB reads of large files per
             format, synthesis and structure-only, cold (drop_caches) and
             repeated
@@ -22,7 +23,8 @@ directly on the backing files in the same run, as a ratio:
 The daemon's RSS is printed after each phase (mount, walk, stat, open, reads,
 concurrent readers, refresh), per track where the mount serves a library.
 When the mounts take requests through io_uring, the first walk, the stat
-and the open rows are measured again through /dev/fuse (`--io-uring off`),
+and the open rows (with the tags) are measured again through /dev/fuse
+(`--io-uring off`),
 as an ordinary user's mount or a kernel without it would take them.
 
 Usage: scripts/bench.py [--tracks 20000] [--work DIR] [--runs 3] [--only AREA,...]
@@ -40,13 +42,15 @@ import struct
 import subprocess
 import sys
 import tempfile
-
-URING_PARAM = "/sys/module/fuse/parameters/enable_uring"
 import threading
 import time
 
+import mutagen
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_refresh  # noqa: E402
+
+URING_PARAM = "/sys/module/fuse/parameters/enable_uring"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = bench_refresh.BIN
@@ -96,6 +100,30 @@ def drop_caches():
 
 
 rss_mib = bench_refresh.rss_mib
+
+
+def cpu_seconds(pid):
+    """CPU time a process (all its threads) has used, user and system."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed_with_cpu(fn, pid):
+    """(seconds fn took, seconds of CPU process `pid` used meanwhile)."""
+    c0, t0 = cpu_seconds(pid), time.perf_counter()
+    fn()
+    return time.perf_counter() - t0, cpu_seconds(pid) - c0
+
+
+TAGGED_FILES = 2000
+
+
+def read_tags(paths):
+    """What a tagger's or a library manager's pass does: parse the tags of
+    every file (mutagen, as beets, Picard and others use)."""
+    for p in paths:
+        mutagen.File(p)
 
 
 # ---------------------------------------------------------------- libraries
@@ -460,7 +488,7 @@ def cold_scans(work, lib, db, n, runs):
 
 def bench_tree(work, lib, db, runs, label=""):
     mnt = os.path.join(work, "mnt")
-    times, walk_first, stat_first, opened_first = [], [], [], []
+    times, walk_first, stat_first, opened_first, tagged = [], [], [], [], []
     rss_mounted, rss_walked, rss, rss_opened = [], [], [], []
     for _ in range(runs):
         t0 = time.perf_counter()
@@ -480,11 +508,10 @@ def bench_tree(work, lib, db, runs, label=""):
         stat_first.append(time.perf_counter() - t0)
         rss.append(rss_mib(m.proc.pid))
         served = all_files(mnt)
-        t0 = time.perf_counter()
-        read_starts(served)
-        opened_first.append(time.perf_counter() - t0)
+        opened_first.append(timed_with_cpu(lambda: read_starts(served), m.proc.pid))
         rss_opened.append(rss_mib(m.proc.pid))
         m.stop()
+        tagged.append(tag_pass(db, mnt))
     direct_find = timed(lambda: find(lib), runs)
     tracks = len(all_files(lib))
     row("mount", f"mount to end of first `ls` of the root{label}", spread(times))
@@ -495,7 +522,7 @@ def bench_tree(work, lib, db, runs, label=""):
     # The same through /dev/fuse (an ordinary user's mount, or a kernel
     # without FUSE over io_uring), to show what io_uring changes.
     through_dev = IO_URING[1] == "on"
-    dev_first, dev_stat, dev_opened = [], [], []
+    dev_first, dev_stat, dev_opened, dev_tagged = [], [], [], []
     for _ in range(runs if through_dev else 0):
         m = Mount(db, mnt, io_uring="off")
         m.wait_ls()
@@ -509,10 +536,9 @@ def bench_tree(work, lib, db, runs, label=""):
         sh("find", mnt, "-type", "f", "-printf", "%s\n")
         dev_stat.append(time.perf_counter() - t0)
         served = all_files(mnt)
-        t0 = time.perf_counter()
-        read_starts(served)
-        dev_opened.append(time.perf_counter() - t0)
+        dev_opened.append(timed_with_cpu(lambda: read_starts(served), m.proc.pid))
         m.stop()
+        dev_tagged.append(tag_pass(db, mnt, io_uring="off"))
     if through_dev:
         row("walk", f"find -type f, fresh mount, through /dev/fuse{label}",
             spread(dev_first), direct_find)
@@ -531,11 +557,34 @@ def bench_tree(work, lib, db, runs, label=""):
     files = all_files(lib)
     read_starts(files)
     direct_open = timed(lambda: read_starts(files), runs)
-    row("open", f"open + first 4 KiB of every file, once{label}", spread(opened_first),
-        direct_open, note="an indexer's first pass")
+    row("open", f"open + first 4 KiB of every file, once{label}", spread([t for t, _ in opened_first]),
+        direct_open, note=f"an indexer's first pass; {cpu_note(opened_first)}")
     if through_dev:
-        row("open", f"the same, through /dev/fuse{label}", spread(dev_opened), direct_open)
+        row("open", f"the same, through /dev/fuse{label}", spread([t for t, _ in dev_opened]), direct_open,
+            note=cpu_note(dev_opened))
     rss_row("open", f"daemon RSS after it{label}", rss_opened, tracks)
+    direct_tags = timed(lambda: read_tags(sorted(files)[:TAGGED_FILES]), runs)
+    row("open", f"tags of {TAGGED_FILES} files read (mutagen), fresh mount{label}",
+        spread([t for t, _ in tagged]), direct_tags, note=cpu_note(tagged))
+    if through_dev:
+        row("open", f"the same, through /dev/fuse{label}", spread([t for t, _ in dev_tagged]), direct_tags,
+            note=cpu_note(dev_tagged))
+
+
+def tag_pass(db, mnt, io_uring=None):
+    """(seconds, daemon CPU seconds) of reading the tags of the first
+    TAGGED_FILES files on a fresh mount."""
+    m = Mount(db, mnt, io_uring=io_uring)
+    m.wait_ls()
+    served = sorted(all_files(mnt))[:TAGGED_FILES]
+    took = timed_with_cpu(lambda: read_tags(served), m.proc.pid)
+    m.stop()
+    return took
+
+
+def cpu_note(timed_runs):
+    """The daemon's CPU over (seconds, CPU seconds) runs, for a row's note."""
+    return f"daemon CPU {statistics.median(c for _, c in timed_runs):.2f} s"
 
 
 def read_starts(paths, n=4096):
