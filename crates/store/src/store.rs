@@ -18,7 +18,7 @@ use crate::path_table::{KnownStamps, PathTable};
 use crate::scanned_dirs::{DirStamp, ScannedDir, ScannedDirs};
 
 /// Schema version this binary writes, kept in `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// Migrations, index i upgrades a store from version i to i + 1.
 const MIGRATIONS: &[&str] = &[
@@ -29,6 +29,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("schema_v5.sql"),
     include_str!("schema_v6.sql"),
     include_str!("schema_v7.sql"),
+    include_str!("schema_v8.sql"),
 ];
 
 /// `passthrough` of tracks that schema version 2 found without the
@@ -438,7 +439,26 @@ impl Store {
         Ok(version)
     }
 
+    /// Brings the schema up to date. Foreign keys are off meanwhile, as
+    /// SQLite's own procedure for rebuilding a table has it
+    /// (<https://sqlite.org/lang_altertable.html>): with them on, dropping
+    /// the old table first deletes its rows one by one. Each migration
+    /// keeps the keys valid on its own. Temporary files are kept in
+    /// memory meanwhile: dropping the `tags` of a large library (600 MB,
+    /// with embedded lyrics) at the end of the transaction that copied
+    /// them failed with "database or disk is full" once its statement
+    /// journal went past [`STATEMENT_JOURNAL_IN_MEMORY`] to a file. Kept
+    /// in memory, that journal stayed under 1 MB.
     fn migrate(&self, path: &Path) -> Result<()> {
+        self.conn.pragma_update(None, "foreign_keys", "OFF")?;
+        self.conn.pragma_update(None, "temp_store", "MEMORY")?;
+        let migrated = self.migrate_steps(path);
+        self.conn.pragma_update(None, "temp_store", "DEFAULT")?;
+        self.conn.pragma_update(None, "foreign_keys", "ON")?;
+        migrated
+    }
+
+    fn migrate_steps(&self, path: &Path) -> Result<()> {
         let mut version = self.check_version(path)?;
         while version < SCHEMA_VERSION {
             // The write lock up front (a deferred transaction would fail at
@@ -1531,12 +1551,12 @@ fn insert_structure(tx: &Transaction<'_>, id: i64, t: &ScannedTrack) -> Result<(
 /// [`insert_tags`]) SQLite re-prepares the statement at every row.
 ///
 /// The rows go in key order, up to [`TAG_ROWS_PER_INSERT`] per statement.
-/// `tags` keeps whole rows in its key's b-tree (WITHOUT ROWID), and each
-/// statement finds its first row's place from the root, reading the whole
-/// of every row it compares with; a long one (embedded lyrics) spans
-/// overflow pages. The next rows of one statement are appended where the
-/// last one went. A first scan of 20,000 tracks, 1,200 of them with 76 kB
-/// of lyrics, took 2.8-3.0 s row by row, 2.0-2.2 s this way.
+/// Before schema version 8, `tags` kept whole rows in its key's b-tree
+/// (WITHOUT ROWID), and each statement found its first row's place from
+/// the root, reading the whole of every row it compared with, long ones
+/// (embedded lyrics) from their overflow pages: a first scan of 20,000
+/// tracks, 1,200 of them with 76 kB of lyrics, took 2.8-3.0 s row by row,
+/// 2.0-2.2 s this way.
 fn insert_tags_of_tagless(tx: &Transaction<'_>, id: i64, tags: &[(String, String)]) -> Result<()> {
     let mut positions: HashMap<&str, i64> = HashMap::new();
     let mut rows: Vec<(&str, i64, &str)> = tags

@@ -310,6 +310,89 @@ fn version_4_fingerprints_are_kept_as_legacy_until_probed_again() {
         .is_empty());
 }
 
+/// A store of version 7 keeps its tags and FLAC blocks, long ones
+/// included, in rowid tables with the same keys and triggers; rows of
+/// tracks that are gone (written with foreign keys off) are dropped.
+#[test]
+fn version_7_tags_and_flac_blocks_move_to_rowid_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let lyrics = "la ".repeat(30_000);
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        for script in [
+            include_str!("../src/schema.sql"),
+            include_str!("../src/schema_v2.sql"),
+            include_str!("../src/schema_v3.sql"),
+            include_str!("../src/schema_v4.sql"),
+            include_str!("../src/schema_v5.sql"),
+            include_str!("../src/schema_v6.sql"),
+            include_str!("../src/schema_v7.sql"),
+        ] {
+            conn.execute_batch(script).unwrap();
+        }
+        conn.execute_batch(
+            "PRAGMA user_version = 7;
+             PRAGMA foreign_keys = OFF;
+             INSERT INTO tracks (id, backing_path, format, audio_offset, audio_length, file_size,
+                                 mtime_ns, ctime_ns, scanned_at)
+             VALUES (1, '/m/a.flac', 'flac', 10, 90, 100, 1, 1, 0);
+             INSERT INTO flac_blocks VALUES (1, 0, 0, x'0102'), (1, 1, 3, zeroblob(5000)), (9, 0, 0, x'03');
+             INSERT INTO tags VALUES (1, 'title', 0, 'T'), (9, 'title', 0, 'Gone');",
+        )
+        .unwrap();
+        conn.execute("INSERT INTO tags VALUES (1, 'lyrics', 0, ?1)", [&lyrics])
+            .unwrap();
+    }
+    let before: (i64, i64) = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row(
+            "SELECT (SELECT content_version FROM tracks WHERE id = 1), (SELECT count(*) FROM changes)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    let mut db = Store::open(&path).unwrap();
+    assert_eq!(
+        db.tags(1).unwrap(),
+        [
+            ("lyrics".to_string(), lyrics.clone()),
+            ("title".into(), "T".into())
+        ]
+    );
+    assert_eq!(db.flac_blocks(1).unwrap(), [(0, vec![1, 2]), (3, vec![0; 5000])]);
+    let count = |sql: &str| -> i64 { db.conn().query_row(sql, [], |r| r.get(0)).unwrap() };
+    assert_eq!(count("SELECT count(*) FROM tags"), 2);
+    assert_eq!(count("SELECT count(*) FROM flac_blocks"), 2);
+    assert_eq!(
+        count("SELECT count(*) FROM sqlite_master WHERE sql LIKE '%WITHOUT ROWID%' AND name IN ('tags', 'flac_blocks')"),
+        0
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'tags'"),
+        3
+    );
+    // The migration is no edit: nothing to refresh.
+    let seq = db.last_change_seq().unwrap();
+    assert_eq!(
+        (
+            count("SELECT content_version FROM tracks WHERE id = 1"),
+            count("SELECT count(*) FROM changes")
+        ),
+        before
+    );
+    // The key still holds, and edits are still logged.
+    assert!(db
+        .conn()
+        .execute("INSERT INTO tags VALUES (1, 'title', 0, 'Again')", [])
+        .is_err());
+    let tx = db.write().unwrap();
+    store::set_tag(&tx, 1, "title", &["New".to_string()]).unwrap();
+    tx.commit().unwrap();
+    assert!(db.last_change_seq().unwrap() > seq);
+    assert_eq!(db.tags(1).unwrap()[1], ("title".into(), "New".into()));
+}
+
 #[test]
 fn scanned_values_of_a_key_keep_their_order_on_every_write() {
     let dir = tempfile::tempdir().unwrap();
