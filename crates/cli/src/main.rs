@@ -102,10 +102,9 @@ fn init_logging(verbose: u8) {
 
 /// SQLite allocates with the C library's `malloc`, which alone on its heap
 /// would shrink and grow the heap by a system call at a time (60,000 `brk`
-/// calls in a first scan of 20k files): keep freed memory for reuse. A
-/// statement journal's memory comes in one piece of
-/// [`retagfs_store::STATEMENT_JOURNAL_IN_MEMORY`]: from the heap too, not
-/// a map of its own per statement.
+/// calls in a first scan of 20k files): keep freed memory for reuse. The
+/// values SQLite copies (a cover of a few hundred kB) come from the heap
+/// too, not a map of their own each.
 fn keep_c_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator tunables; called before any
@@ -113,10 +112,7 @@ fn keep_c_heap() {
     unsafe {
         libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
         libc::mallopt(libc::M_TOP_PAD, 4 << 20);
-        libc::mallopt(
-            libc::M_MMAP_THRESHOLD,
-            (2 * retagfs_store::STATEMENT_JOURNAL_IN_MEMORY) as libc::c_int,
-        );
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 2 << 20);
     }
 }
 

@@ -26,5 +26,4 @@ pub use store::{
     forget_scanned_dirs_under, insert_art, link_art, move_track, record_failure, remove_art, remove_failure,
     remove_track, save_scanned_dir, set_art, set_tag, storage_hint, tracks_with_fingerprint, trim_change_log,
     write_scanned, HeldPictures, PathMap, Result, ScanLock, Store, StoreError, SCHEMA_VERSION,
-    STATEMENT_JOURNAL_IN_MEMORY,
 };

@@ -39,8 +39,9 @@ const REPROBE: &str = "scanned before retagfs synthesized this format: run `reta
 /// How long a writer waits for another writer before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Largest statement journal kept in memory ([`configure_sqlite`]).
-pub const STATEMENT_JOURNAL_IN_MEMORY: usize = 1 << 20;
+/// Statement journals are kept in memory whatever their size
+/// ([`configure_sqlite`]; SQLite's "-1").
+const STATEMENT_JOURNAL_ALWAYS_IN_MEMORY: std::os::raw::c_int = -1;
 
 /// Process-wide SQLite settings; false if SQLite refused them (it was in
 /// use already), which costs only speed.
@@ -51,8 +52,12 @@ pub const STATEMENT_JOURNAL_IN_MEMORY: usize = 1 << 20;
 /// of more than 64 KiB to a temporary file, and every later statement of
 /// that transaction then journals through the file: a first scan of
 /// 20,000 tracks, some with 76 kB of lyrics, wrote 1.8 GB to `/var/tmp`
-/// that way. Kept in memory up to 1 MiB (SQLite takes it in one piece),
-/// that scan took a quarter less time.
+/// that way. Kept in memory, that scan took a quarter less time. Always
+/// in memory, not up to a size: with a limit of 512 KiB or more, the
+/// bundled SQLite (3.54) failed every statement whose journal grew past
+/// it with "database or disk is full" (a migration rebuilding a large
+/// table did; a test below writes such a statement). A journal holds the
+/// pages one statement changes, which retagfs keeps few.
 ///
 /// SQLite also counts the memory it allocates, under a process-wide lock
 /// taken at every allocation and free; nothing here reads the count.
@@ -69,7 +74,7 @@ pub unsafe fn configure_sqlite() -> bool {
         [
             ffi::sqlite3_config(
                 ffi::SQLITE_CONFIG_STMTJRNL_SPILL,
-                STATEMENT_JOURNAL_IN_MEMORY as std::os::raw::c_int,
+                STATEMENT_JOURNAL_ALWAYS_IN_MEMORY,
             ),
             ffi::sqlite3_config(ffi::SQLITE_CONFIG_MEMSTATUS, 0 as std::os::raw::c_int),
         ]
@@ -443,17 +448,10 @@ impl Store {
     /// SQLite's own procedure for rebuilding a table has it
     /// (<https://sqlite.org/lang_altertable.html>): with them on, dropping
     /// the old table first deletes its rows one by one. Each migration
-    /// keeps the keys valid on its own. Temporary files are kept in
-    /// memory meanwhile: dropping the `tags` of a large library (600 MB,
-    /// with embedded lyrics) at the end of the transaction that copied
-    /// them failed with "database or disk is full" once its statement
-    /// journal went past [`STATEMENT_JOURNAL_IN_MEMORY`] to a file. Kept
-    /// in memory, that journal stayed under 1 MB.
+    /// keeps the keys valid on its own.
     fn migrate(&self, path: &Path) -> Result<()> {
         self.conn.pragma_update(None, "foreign_keys", "OFF")?;
-        self.conn.pragma_update(None, "temp_store", "MEMORY")?;
         let migrated = self.migrate_steps(path);
-        self.conn.pragma_update(None, "temp_store", "DEFAULT")?;
         self.conn.pragma_update(None, "foreign_keys", "ON")?;
         migrated
     }

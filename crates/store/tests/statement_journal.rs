@@ -1,5 +1,7 @@
 //! Statement journals stay in memory once [`configure_sqlite`] has run: a
-//! transaction writing tracks with long tag values opens no temporary file.
+//! transaction writing tracks with long tag values opens no temporary file,
+//! and a statement that changes megabytes of pages changed before in its
+//! transaction succeeds.
 //! A test binary of its own, as SQLite's configuration must come before
 //! SQLite is used in the process.
 
@@ -51,4 +53,19 @@ fn long_tag_values_are_journaled_in_memory() {
     );
     tx.commit().unwrap();
     assert_eq!(db.tags(1).unwrap().len(), 2);
+
+    // Every lyrics row rewritten twice in one transaction: the second
+    // statement journals the pages the first changed, 8 MB of them. With
+    // journals spilled to a file past 512 KiB or more, the bundled SQLite
+    // failed it with "database or disk is full".
+    let tx = db.write().unwrap();
+    for round in ["first", "second"] {
+        tx.execute(
+            "UPDATE tags SET value = ?1 || value WHERE key = 'lyrics'",
+            [round],
+        )
+        .unwrap();
+    }
+    tx.commit().unwrap();
+    assert!(db.tags(1).unwrap()[0].1.starts_with("secondfirst"));
 }
