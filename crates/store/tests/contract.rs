@@ -254,6 +254,26 @@ fn version_1_store_is_migrated_and_its_unstructured_tracks_pass_through() {
     assert_eq!(mtime("/m/b.mp3"), 1);
 }
 
+/// A new store at `path` made by the schema scripts up to `version`, as
+/// that version of retagfs made it.
+fn store_of_version(path: &std::path::Path, version: usize) -> rusqlite::Connection {
+    const SCRIPTS: [&str; 7] = [
+        include_str!("../src/schema.sql"),
+        include_str!("../src/schema_v2.sql"),
+        include_str!("../src/schema_v3.sql"),
+        include_str!("../src/schema_v4.sql"),
+        include_str!("../src/schema_v5.sql"),
+        include_str!("../src/schema_v6.sql"),
+        include_str!("../src/schema_v7.sql"),
+    ];
+    let conn = rusqlite::Connection::open(path).unwrap();
+    for script in &SCRIPTS[..version] {
+        conn.execute_batch(script).unwrap();
+    }
+    conn.pragma_update(None, "user_version", version as i64).unwrap();
+    conn
+}
+
 /// A store of version 4 keeps its sha256 fingerprints as legacy ones,
 /// until a track is probed again and gets the BLAKE3 one.
 #[test]
@@ -261,18 +281,9 @@ fn version_4_fingerprints_are_kept_as_legacy_until_probed_again() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.db");
     {
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        for script in [
-            include_str!("../src/schema.sql"),
-            include_str!("../src/schema_v2.sql"),
-            include_str!("../src/schema_v3.sql"),
-            include_str!("../src/schema_v4.sql"),
-        ] {
-            conn.execute_batch(script).unwrap();
-        }
+        let conn = store_of_version(&path, 4);
         conn.execute_batch(
-            "PRAGMA user_version = 4;
-             INSERT INTO tracks (backing_path, format, audio_offset, audio_length, file_size,
+            "INSERT INTO tracks (backing_path, format, audio_offset, audio_length, file_size,
                                  mtime_ns, ctime_ns, scanned_at, fingerprint)
              VALUES ('/m/a.flac', 'flac', 10, 90, 100, 1, 1, 0, zeroblob(32)),
                     ('/m/b.flac', 'flac', 10, 90, 100, 1, 1, 0, NULL);",
@@ -319,21 +330,9 @@ fn version_7_tags_and_flac_blocks_move_to_rowid_tables() {
     let path = dir.path().join("s.db");
     let lyrics = "la ".repeat(30_000);
     {
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        for script in [
-            include_str!("../src/schema.sql"),
-            include_str!("../src/schema_v2.sql"),
-            include_str!("../src/schema_v3.sql"),
-            include_str!("../src/schema_v4.sql"),
-            include_str!("../src/schema_v5.sql"),
-            include_str!("../src/schema_v6.sql"),
-            include_str!("../src/schema_v7.sql"),
-        ] {
-            conn.execute_batch(script).unwrap();
-        }
+        let conn = store_of_version(&path, 7);
         conn.execute_batch(
-            "PRAGMA user_version = 7;
-             PRAGMA foreign_keys = OFF;
+            "PRAGMA foreign_keys = OFF;
              INSERT INTO tracks (id, backing_path, format, audio_offset, audio_length, file_size,
                                  mtime_ns, ctime_ns, scanned_at)
              VALUES (1, '/m/a.flac', 'flac', 10, 90, 100, 1, 1, 0);
