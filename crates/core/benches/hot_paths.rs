@@ -1,6 +1,8 @@
 //! Criterion benches of the in-process hot paths: probe per format, path
 //! template render, layout build (synthesis from store rows) per format,
-//! and `Library::read` per format and read size (4 KiB to 1 MiB).
+//! `Library::read` per format and read size (4 KiB to 1 MiB), and the
+//! store's lookup of a track's tags (what an open reads) among tracks with
+//! long values and without.
 //!
 //! Inputs are 30-second files made with the real encoders (sox, flac,
 //! lame, ffmpeg, oggenc, opusenc: `make deps` installs them), each with a
@@ -19,7 +21,7 @@ use retagfs_core::scan::{scan, ScanOptions};
 use retagfs_core::tree::file_ino;
 use retagfs_core::{Fallbacks, Library, Mode, Template, TrackFields, ViewConfig, DEFAULT_TEMPLATE};
 use retagfs_formats::{probe, synthesize, Source, SynthesisInput};
-use retagfs_store::{self as store, NewArt, Store, TrackRow};
+use retagfs_store::{self as store, Format, NewArt, ScannedTrack, Stamps, Store, TrackRow};
 
 const SECONDS: &str = "30";
 const READ_SIZES: [usize; 4] = [4 << 10, 64 << 10, 256 << 10, 1 << 20];
@@ -198,6 +200,68 @@ fn benches(c: &mut Criterion) {
     let (tags_db, tags_tracks) = scanned(dir.path(), &dir.path().join("library"), "tags.db", false);
     let tags_tracks: Vec<TrackRow> = tags_tracks.into_iter().filter(ogg_only).collect();
     read_group(c, "read, header fits", &tags_db, &tags_tracks);
+    tags_lookup_group(c, dir.path());
+}
+
+/// Tracks in each lookup store, and how many of them carry long lyrics.
+const LOOKUP_TRACKS: i64 = 3000;
+const LYRICS_EVERY: i64 = 3;
+const LYRICS_BYTES: usize = 76_000;
+
+/// A store of [`LOOKUP_TRACKS`] tracks with a dozen short tags each, and
+/// with `lyrics` on every [`LYRICS_EVERY`]th if asked: the ids.
+fn lookup_store(path: &Path, lyrics: bool) -> Vec<i64> {
+    let mut db = Store::open(path).unwrap();
+    let tx = db.write().unwrap();
+    let mut ids = Vec::new();
+    for n in 0..LOOKUP_TRACKS {
+        let mut tags: Vec<(String, String)> = ["title", "artist", "album", "albumartist", "genre", "date"]
+            .iter()
+            .map(|k| (k.to_string(), format!("{k} of track {n}")))
+            .collect();
+        tags.push(("tracknumber".into(), (n % 12 + 1).to_string()));
+        if lyrics && n % LYRICS_EVERY == 0 {
+            tags.push((
+                "lyrics".into(),
+                format!("line {n} of a long song\n").repeat(LYRICS_BYTES / 24),
+            ));
+        }
+        let track = ScannedTrack {
+            backing_path: format!("/library/{n}.flac"),
+            format: Format::Flac,
+            audio_offset: 42,
+            audio_length: 1000,
+            stamps: Stamps {
+                size: 1042,
+                mtime_ns: 1,
+                ctime_ns: 1,
+            },
+            fingerprint: None,
+            tags,
+            pictures: vec![],
+            flac_blocks: vec![(0, vec![0; 34])],
+            parts: vec![],
+            passthrough: None,
+        };
+        ids.push(store::write_scanned(&tx, &track, None).unwrap());
+    }
+    tx.commit().unwrap();
+    ids
+}
+
+/// The tags of one track after another, in an order unlike the store's.
+fn tags_lookup_group(c: &mut Criterion, dir: &Path) {
+    let mut g = c.benchmark_group("tags of a track");
+    for (name, lyrics) in [("short values", false), ("a third with 76 kB lyrics", true)] {
+        let path = dir.join(format!("lookup-{lyrics}.db"));
+        let mut ids = lookup_store(&path, lyrics);
+        // A fixed shuffle: each id once, far from the one before.
+        ids.sort_by_key(|id| (id * 7919) % LOOKUP_TRACKS);
+        let db = Store::open_read_only(&path).unwrap();
+        let mut next = ids.iter().cycle();
+        g.bench_function(name, |b| b.iter(|| db.tags(*next.next().unwrap()).unwrap()));
+    }
+    g.finish();
 }
 
 /// `Library::read` of each track at each size: sequential reads through the
