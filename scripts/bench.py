@@ -557,17 +557,17 @@ def bench_tree(work, lib, db, runs, label=""):
     files = all_files(lib)
     read_starts(files)
     direct_open = timed(lambda: read_starts(files), runs)
-    row("open", f"open + first 4 KiB of every file, once{label}", spread([t for t, _ in opened_first]),
+    row("open", f"open + first 4 KiB of every file, once{label}", wall(opened_first),
         direct_open, note=f"an indexer's first pass; {cpu_note(opened_first)}")
     if through_dev:
-        row("open", f"the same, through /dev/fuse{label}", spread([t for t, _ in dev_opened]), direct_open,
+        row("open", f"the same, through /dev/fuse{label}", wall(dev_opened), direct_open,
             note=cpu_note(dev_opened))
     rss_row("open", f"daemon RSS after it{label}", rss_opened, tracks)
     direct_tags = timed(lambda: read_tags(sorted(files)[:TAGGED_FILES]), runs)
     row("open", f"tags of {TAGGED_FILES} files read (mutagen), fresh mount{label}",
-        spread([t for t, _ in tagged]), direct_tags, note=cpu_note(tagged))
+        wall(tagged), direct_tags, note=cpu_note(tagged))
     if through_dev:
-        row("open", f"the same, through /dev/fuse{label}", spread([t for t, _ in dev_tagged]), direct_tags,
+        row("open", f"the same, through /dev/fuse{label}", wall(dev_tagged), direct_tags,
             note=cpu_note(dev_tagged))
 
 
@@ -580,6 +580,11 @@ def tag_pass(db, mnt, io_uring=None):
     took = timed_with_cpu(lambda: read_tags(served), m.proc.pid)
     m.stop()
     return took
+
+
+def wall(timed_runs):
+    """The spread of the wall times of (seconds, CPU seconds) runs."""
+    return spread([t for t, _ in timed_runs])
 
 
 def cpu_note(timed_runs):

@@ -178,8 +178,10 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
         io_uring: io_uring_wanted(a.io_uring)?,
         ownership,
     };
-    let mut mount = Mount::new(lib, &a.mountpoint, &mount_config)
-        .with_context(|| format!("mounting on {} ({})", a.mountpoint.display(), mount_hint()))?;
+    let mut mount = Mount::new(lib, &a.mountpoint, &mount_config).with_context(|| {
+        let hint = FuseAccess::of_this_user().hint();
+        format!("mounting on {} ({hint})", a.mountpoint.display())
+    })?;
     let unmounter = mount.unmounter();
     let signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     let mountpoint = a.mountpoint.clone();
@@ -193,12 +195,8 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What to do when a mount failed, from what this user can reach.
-fn mount_hint() -> String {
-    FuseAccess::of_this_user().hint()
-}
-
-/// What a mount needs from the machine, as this user finds it.
+/// What a mount needs from the machine, as this user finds it: what to do
+/// when a mount failed ([`FuseAccess::hint`]).
 struct FuseAccess {
     /// Opening `/dev/fuse` for reading and writing: why not, if it failed.
     device: Result<(), std::io::ErrorKind>,
