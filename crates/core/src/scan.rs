@@ -718,6 +718,18 @@ pub fn scan(
         walked.threads,
         started.elapsed()
     );
+    if let Some(link) = &walked.a_link_not_followed {
+        // A library of albums linked in from elsewhere would otherwise
+        // scan as empty with no word why.
+        let links = match walked.links_not_followed {
+            1 => "a symbolic link".to_string(),
+            n => format!("{n} symbolic links, such as"),
+        };
+        tracing::warn!(
+            "not following {links} {}: scan with --follow-symlinks to include what they point to",
+            link.display()
+        );
+    }
     if expect_unchanged && nothing_changed(&walked) {
         let mut summary = finish_unchanged(db, &walked, &previous, started_ns)?;
         summary.elapsed = started.elapsed();

@@ -48,6 +48,10 @@ pub struct Walked {
     /// Threads the walk ran on (more than it started on if it waited on
     /// the disk).
     pub threads: usize,
+    /// Symbolic links in the folders listed, not followed (the walk was
+    /// not told to), and one of them.
+    pub links_not_followed: u64,
+    pub a_link_not_followed: Option<PathBuf>,
 }
 
 /// Counts of the entries of folders found as recorded.
@@ -250,6 +254,8 @@ fn walk_counting(
     let mut seen = HashSet::new();
     for part in parts {
         out.skipped += part.skipped;
+        out.links_not_followed += part.links_not_followed;
+        out.a_link_not_followed = out.a_link_not_followed.or(part.a_link_not_followed);
         out.failures.extend(part.failures);
         out.unreadable.extend(part.unreadable);
         out.reused.add(part.reused);
@@ -641,6 +647,10 @@ fn list_dir(
         if kind == fs::FileType::Unknown || kind == fs::FileType::Symlink {
             let follow = kind == fs::FileType::Symlink;
             if follow && !shared.follow {
+                out.links_not_followed += 1;
+                if out.a_link_not_followed.is_none() {
+                    out.a_link_not_followed = Some(dir.path.join(OsStr::from_bytes(name.to_bytes())));
+                }
                 continue;
             }
             let m = stat_at(fd, name, follow);
@@ -870,10 +880,10 @@ mod tests {
         std::os::unix::fs::symlink(outside.path(), root.join("linked")).unwrap();
         std::os::unix::fs::symlink(&root, root.join("sub/loop")).unwrap();
         std::os::unix::fs::symlink(root.join("gone"), root.join("broken.flac")).unwrap();
-        assert_eq!(
-            names(&run(std::slice::from_ref(&root), false), &root),
-            ["/sub/y.flac"]
-        );
+        let not_followed = run(std::slice::from_ref(&root), false);
+        assert_eq!(names(&not_followed, &root), ["/sub/y.flac"]);
+        assert_eq!(not_followed.links_not_followed, 3);
+        assert!(not_followed.a_link_not_followed.is_some_and(|l| l.is_symlink()));
         let followed = run(std::slice::from_ref(&root), true);
         assert_eq!(names(&followed, &root), ["/linked/x.flac", "/sub/y.flac"]);
     }
