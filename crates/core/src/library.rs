@@ -20,7 +20,7 @@ use retagfs_store::{text_for_display, text_to_path, Store, SynthesisRows, TrackB
 use crate::failure_log::failure_to_log;
 use crate::read_ahead::{will_need, FirstRead, ReadAhead};
 use crate::storage::{self, Storage};
-use crate::template::{Fallbacks, Fields, Template};
+use crate::template::{Fallbacks, Fields, Template, DEFAULT_TEMPLATE};
 use crate::tree::{file_ino, FileEntry, Invalidations, Placement, Tree, TreeBuilder};
 
 /// How files are served.
@@ -103,16 +103,36 @@ const RENDER_BATCH: usize = 256;
 /// grows the tree batch by batch in track id order. Returns the tree and
 /// the number of tracks.
 pub fn load_tree(store: &Store, config: &ViewConfig) -> retagfs_store::Result<(Tree, usize)> {
+    load_tree_noting(store, config, &mut 0)
+}
+
+/// [`load_tree`], noting in `valued` which of the template's fields
+/// ([`Template::fields`], the first 64) had a value in some track.
+fn load_tree_noting(
+    store: &Store,
+    config: &ViewConfig,
+    valued: &mut u64,
+) -> retagfs_store::Result<(Tree, usize)> {
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (batches_tx, batches_rx) = crossbeam_channel::bounded::<(usize, Vec<TrackBundle>)>(workers * 2);
-    let (placed_tx, placed_rx) = crossbeam_channel::unbounded::<(usize, Vec<Placement>)>();
+    let (placed_tx, placed_rx) = crossbeam_channel::unbounded::<(usize, Vec<Placement>, u64)>();
+    let names = config.template.fields();
     std::thread::scope(|s| {
         for _ in 0..workers {
-            let (batches, placed) = (batches_rx.clone(), placed_tx.clone());
+            let (batches, placed, names) = (batches_rx.clone(), placed_tx.clone(), &names);
             s.spawn(move || {
                 for (n, batch) in batches {
-                    let placements = batch.iter().map(|b| placement(config, b)).collect();
-                    if placed.send((n, placements)).is_err() {
+                    let mut valued = 0;
+                    let placements = batch
+                        .iter()
+                        .map(|b| {
+                            let fields = NotingFields::new(TrackFields::new(&b.track, &b.tags), names);
+                            let p = placement(config, b, &fields);
+                            valued |= fields.valued.get();
+                            p
+                        })
+                        .collect();
+                    if placed.send((n, placements, valued)).is_err() {
                         return;
                     }
                 }
@@ -121,17 +141,19 @@ pub fn load_tree(store: &Store, config: &ViewConfig) -> retagfs_store::Result<(T
         drop((batches_rx, placed_tx));
         let builder = s.spawn(move || {
             let mut tree = TreeBuilder::default();
+            let mut valued = 0;
             // Batches rendered ahead of one still being rendered wait here.
             let mut early = BTreeMap::new();
             let mut next = 0;
-            for (n, placements) in placed_rx {
+            for (n, placements, batch_valued) in placed_rx {
+                valued |= batch_valued;
                 early.insert(n, placements);
                 while let Some(placements) = early.remove(&next) {
                     placements.into_iter().for_each(|p| tree.add(p));
                     next += 1;
                 }
             }
-            tree.finish()
+            (tree.finish(), valued)
         });
         let (mut count, mut sent) = (0, 0);
         let mut batch = Vec::with_capacity(RENDER_BATCH);
@@ -148,13 +170,68 @@ pub fn load_tree(store: &Store, config: &ViewConfig) -> retagfs_store::Result<(T
             let _ = batches_tx.send((sent, batch));
         }
         drop(batches_tx);
-        let tree = builder.join().expect("building the tree panicked");
+        let (tree, tree_valued) = builder.join().expect("building the tree panicked");
+        *valued = tree_valued;
         read.map(|()| (tree, count))
     })
 }
 
+/// A track's fields, noting which of `names` had a value (bit i for
+/// `names[i]`).
+struct NotingFields<'a> {
+    fields: TrackFields<'a>,
+    names: &'a [&'a str],
+    valued: std::cell::Cell<u64>,
+}
+
+impl<'a> NotingFields<'a> {
+    fn new(fields: TrackFields<'a>, names: &'a [&'a str]) -> Self {
+        NotingFields {
+            fields,
+            names,
+            valued: std::cell::Cell::new(0),
+        }
+    }
+}
+
+impl Fields for NotingFields<'_> {
+    fn get(&self, field: &str) -> Option<String> {
+        let value = self.fields.get(field);
+        if value.as_deref().is_some_and(|v| !v.trim().is_empty()) {
+            if let Some(bit) = self.names.iter().position(|n| *n == field).filter(|&i| i < 64) {
+                self.valued.set(self.valued.get() | 1 << bit);
+            }
+        }
+        value
+    }
+}
+
+/// The template's field references (`${albumartist|artist}`) that no track
+/// had a value for, given the fields that had one (`valued`, as
+/// [`load_tree_noting`] notes them). Computed fields are left out: `disc`
+/// is empty wherever no album has several discs.
+fn references_never_valued(template: &Template, valued: u64) -> Vec<String> {
+    let names = template.fields();
+    let had_value = |name: &str| {
+        let bit = names.iter().position(|n| *n == name);
+        bit.is_none_or(|i| i >= 64 || valued & (1 << i) != 0)
+    };
+    let mut out: Vec<String> = template
+        .chains()
+        .into_iter()
+        .filter(|chain| !chain.iter().any(|f| COMPUTED_FIELDS.contains(&f.as_str())))
+        .filter(|chain| !chain.iter().any(|f| had_value(f)))
+        .map(|chain| format!("${{{}}}", chain.join("|")))
+        .collect();
+    out.dedup();
+    out
+}
+
+/// Fields [`TrackFields`] computes rather than reads from the tags.
+const COMPUTED_FIELDS: [&str; 3] = ["filename", "format", "disc"];
+
 /// Where a track goes in the tree and its served size.
-fn placement(config: &ViewConfig, b: &TrackBundle) -> Placement {
+fn placement(config: &ViewConfig, b: &TrackBundle, fields: &dyn Fields) -> Placement {
     let t = &b.track;
     let size = match config.mode {
         Mode::StructureOnly => t.stamps.size,
@@ -163,9 +240,7 @@ fn placement(config: &ViewConfig, b: &TrackBundle) -> Placement {
         }
     };
     Placement {
-        path: config
-            .template
-            .render(&TrackFields::new(t, &b.tags), &config.fallbacks),
+        path: config.template.render(fields, &config.fallbacks),
         file: FileEntry {
             track_id: t.id,
             format: t.format,
@@ -178,7 +253,9 @@ fn placement(config: &ViewConfig, b: &TrackBundle) -> Placement {
 
 /// One track's placement read from the store, `None` once it is gone.
 fn load_placement(store: &Store, config: &ViewConfig, id: i64) -> retagfs_store::Result<Option<Placement>> {
-    Ok(store.track_bundle(id)?.map(|bundle| placement(config, &bundle)))
+    Ok(store
+        .track_bundle(id)?
+        .map(|b| placement(config, &b, &TrackFields::new(&b.track, &b.tags))))
 }
 
 /// Changed tracks beyond which a refresh reloads everything in bulk.
@@ -526,13 +603,24 @@ impl Library {
         // as a replacement by the watcher, not taken for the one loaded.
         let served = file_id(db);
         let store = Store::open_read_only(db)?;
+        let mut valued = 0;
         let ((tree, tracks), seq) = store
-            .read_snapshot(|s| Ok((load_tree(s, &config)?, s.last_change_seq()?)))
+            .read_snapshot(|s| Ok((load_tree_noting(s, &config, &mut valued)?, s.last_change_seq()?)))
             .context("reading the store")?;
         tracing::info!(
             "loaded {tracks} tracks and built the tree in {:.1} ms",
             started.elapsed().as_secs_f64() * 1000.0
         );
+        // A misspelt field silently folds the tree where it stands. (The
+        // default template names fields many libraries lack in places.)
+        if config.template.source() != DEFAULT_TEMPLATE {
+            for reference in references_never_valued(&config.template, valued) {
+                tracing::warn!(
+                    "no track has a value for {reference} in the template: check its spelling \
+                     against a track's tags (`retagfs tag get FILE`)"
+                );
+            }
+        }
         Ok(Library {
             config,
             tree: RwLock::new(tree),
@@ -1073,7 +1161,6 @@ impl SegmentSource for Sources<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::template::DEFAULT_TEMPLATE;
     use retagfs_store::{Format, ScannedTrack, Stamps};
 
     fn same_song(n: usize) -> ScannedTrack {
@@ -1267,5 +1354,35 @@ mod tests {
         let name = |id: i64| tree.path(file_ino(id)).unwrap();
         assert_eq!(name(ids[0]), "A/B/Song.flac");
         assert_eq!(name(ids[count - 1]), format!("A/B/Song ({count}).flac"));
+    }
+
+    #[test]
+    fn template_fields_no_track_has_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("s.db")).unwrap();
+        let tx = store.write().unwrap();
+        for n in 0..RENDER_BATCH * 2 {
+            retagfs_store::write_scanned(&tx, &same_song(n), None).unwrap();
+        }
+        tx.commit().unwrap();
+        let never_valued = |template: &str| {
+            let config = ViewConfig {
+                template: Template::parse(template).unwrap(),
+                fallbacks: Fallbacks::standard(),
+                mode: Mode::Synthesis,
+                synthesis: SynthesisOptions::default(),
+            };
+            let mut valued = 0;
+            store
+                .read_snapshot(|s| load_tree_noting(s, &config, &mut valued))
+                .unwrap();
+            references_never_valued(&config.template, valued)
+        };
+        assert!(never_valued("${albumartist|artist}/$album/$title").is_empty());
+        assert_eq!(never_valued(DEFAULT_TEMPLATE), ["${tracknumber}"]);
+        assert_eq!(
+            never_valued("${albumartist|artist}/$albun/[$disc-][$genre ]${titel|filename}/$format"),
+            ["${albun}", "${genre}"]
+        );
     }
 }

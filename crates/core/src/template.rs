@@ -241,6 +241,34 @@ impl Template {
         &self.source
     }
 
+    /// Each field reference's chain (`${albumartist|artist}`: both
+    /// names), in order, those in sections too.
+    pub fn chains(&self) -> Vec<&[String]> {
+        fn collect<'a>(nodes: &'a [Node], out: &mut Vec<&'a [String]>) {
+            for node in nodes {
+                match node {
+                    Node::Text(_) => {}
+                    Node::Field { chain, .. } => out.push(chain),
+                    Node::Section(inner) => collect(inner, out),
+                }
+            }
+        }
+        let mut out = Vec::new();
+        collect(&self.nodes, &mut out);
+        out
+    }
+
+    /// The fields the template names, each once, in order.
+    pub fn fields(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for name in self.chains().into_iter().flatten() {
+            if !out.contains(&name.as_str()) {
+                out.push(name);
+            }
+        }
+        out
+    }
+
     /// Renders to a path; field values have `/` replaced so that only the
     /// template's own slashes separate components. Components are not yet
     /// sanitized (see `tree::sanitize_component`).
@@ -319,6 +347,17 @@ mod tests {
         Template::parse(t)
             .unwrap()
             .render(&fields(pairs), &Fallbacks::standard())
+    }
+
+    #[test]
+    fn the_fields_named_are_listed_once_in_order() {
+        let t = Template::parse("${albumartist|artist}/$album/[${disc}-]${title|filename} $artist").unwrap();
+        assert_eq!(
+            t.fields(),
+            ["albumartist", "artist", "album", "disc", "title", "filename"]
+        );
+        assert_eq!(t.chains().len(), 5);
+        assert_eq!(t.chains()[0], ["albumartist", "artist"]);
     }
 
     #[test]
