@@ -438,6 +438,24 @@ def test_dry_run_prints_sample_and_counts(store, tmp_path):
     lines = p.stdout.splitlines()
     assert lines[-1] == "9 files, 7 directories"
     assert "flac/First Artist, Second Artist.flac" in lines
+    assert "no track has a value" not in p.stderr
+
+
+def test_a_template_field_no_track_has_is_named(store, tmp_path):
+    p = run("mount", str(tmp_path / "unused"), "--db", str(store), "--dry-run",
+            "--template", "${albumartis}/$album/$title")
+    assert "no track has a value for ${albumartis} in the template" in p.stderr
+    assert "${album}" not in p.stderr
+
+
+def test_symbolic_links_not_followed_are_named(tmp_path, library):
+    os.symlink(library / "Some Folder", library / "linked folder")
+    db = str(tmp_path / "s.db")
+    p = run("scan", str(library), "--db", db)
+    assert "not following a symbolic link" in p.stderr
+    assert "linked folder" in p.stderr and "--follow-symlinks" in p.stderr
+    p = run("scan", str(library), "--db", str(tmp_path / "followed.db"), "--follow-symlinks")
+    assert "symbolic link" not in p.stderr
 
 
 def test_names_that_are_not_utf8_are_scanned_and_served(tmp_path, mount):
