@@ -159,6 +159,9 @@ def test_odd_files_are_served_with_identical_audio_or_refused_with_a_reason(tmp_
         want, got = pcm(t["backing_path"]), pcm(os.path.join(m.mnt, t["path"]))
         assert want[1] > 0, name
         assert got == want, f"{name}: audio differs through the mount"
+    # Audiobook players go by the extension.
+    book = next(t for t in tracks if t["backing_path"].endswith("audiobook.m4b"))
+    assert book["path"].endswith(".m4b") and os.path.isfile(os.path.join(m.mnt, book["path"]))
     # ffmpeg and opusdec read both links of the chain.
     served_chain = os.path.join(m.mnt, chain["path"])
     assert opusdec_pcm(served_chain) == opusdec_pcm(chain["backing_path"])

@@ -15,7 +15,7 @@ use retagfs_formats::{
     format_mismatch, synthesize, synthesized_len, Layout, ReadAt, SegmentSource, Source, SynthesisInput,
     SynthesisOptions,
 };
-use retagfs_store::{text_for_display, text_to_path, Store, SynthesisRows, TrackBundle, TrackRow};
+use retagfs_store::{text_for_display, text_to_path, Format, Store, SynthesisRows, TrackBundle, TrackRow};
 
 use crate::failure_log::failure_to_log;
 use crate::read_ahead::{will_need, FirstRead, ReadAhead};
@@ -244,11 +244,18 @@ fn placement(config: &ViewConfig, b: &TrackBundle, fields: &dyn Fields) -> Place
         file: FileEntry {
             track_id: t.id,
             format: t.format,
+            audiobook: t.format == Format::Mp4 && is_m4b(&t.backing_path),
             size,
             mtime_ns: t.stamps.mtime_ns,
             content_version: t.content_version,
         },
     }
+}
+
+fn is_m4b(backing_path: &str) -> bool {
+    backing_path
+        .rsplit_once('.')
+        .is_some_and(|(_, ext)| ext.eq_ignore_ascii_case("m4b"))
 }
 
 /// One track's placement read from the store, `None` once it is gone.
@@ -1161,7 +1168,7 @@ impl SegmentSource for Sources<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use retagfs_store::{Format, ScannedTrack, Stamps};
+    use retagfs_store::{ScannedTrack, Stamps};
 
     fn same_song(n: usize) -> ScannedTrack {
         ScannedTrack {
@@ -1354,6 +1361,38 @@ mod tests {
         let name = |id: i64| tree.path(file_ino(id)).unwrap();
         assert_eq!(name(ids[0]), "A/B/Song.flac");
         assert_eq!(name(ids[count - 1]), format!("A/B/Song ({count}).flac"));
+    }
+
+    #[test]
+    fn mp4_files_named_m4b_keep_the_extension_audiobook_players_go_by() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("s.db")).unwrap();
+        let tx = store.write().unwrap();
+        let mut id_of = |n: usize, name: &str, format: Format| {
+            let track = ScannedTrack {
+                backing_path: format!("/m/{name}"),
+                format,
+                tags: vec![("title".into(), format!("T{n}"))],
+                ..same_song(n)
+            };
+            retagfs_store::write_scanned(&tx, &track, None).unwrap()
+        };
+        let ids = [
+            id_of(1, "book.M4B", Format::Mp4),
+            id_of(2, "song.m4a", Format::Mp4),
+            id_of(3, "a flac.m4b", Format::Flac),
+            id_of(4, "m4b/video.mp4", Format::Mp4),
+        ];
+        tx.commit().unwrap();
+        let config = ViewConfig {
+            template: Template::parse("$title").unwrap(),
+            fallbacks: Fallbacks::standard(),
+            mode: Mode::StructureOnly,
+            synthesis: SynthesisOptions::default(),
+        };
+        let (tree, _) = store.read_snapshot(|s| load_tree(s, &config)).unwrap();
+        let names: Vec<String> = ids.iter().map(|&id| tree.path(file_ino(id)).unwrap()).collect();
+        assert_eq!(names, ["T1.m4b", "T2.m4a", "T3.flac", "T4.m4a"]);
     }
 
     #[test]

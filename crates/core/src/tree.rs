@@ -46,9 +46,23 @@ const DIRS_PASSED: usize = 64;
 pub struct FileEntry {
     pub track_id: i64,
     pub format: Format,
+    /// An MP4 backing file named `.m4b`: served as `.m4b`, which
+    /// audiobook players go by (resume position, chapters, shelf).
+    pub audiobook: bool,
     pub size: u64,
     pub mtime_ns: i64,
     pub content_version: i64,
+}
+
+impl FileEntry {
+    /// The extension of the served file's name.
+    pub fn extension(&self) -> &'static str {
+        if self.audiobook {
+            "m4b"
+        } else {
+            self.format.extension()
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -545,7 +559,7 @@ impl Tree {
         } else {
             stem
         };
-        let ext = file.format.extension();
+        let ext = file.extension();
         let mut name = file_name(stem, "", ext);
         if self.child(dir, &name).is_some() {
             let base = name;
@@ -769,6 +783,7 @@ mod tests {
             file: FileEntry {
                 track_id: id,
                 format: Format::Flac,
+                audiobook: false,
                 size: 1,
                 mtime_ns: 0,
                 content_version: 1,
