@@ -1368,7 +1368,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(&dir.path().join("s.db")).unwrap();
         let tx = store.write().unwrap();
-        let mut id_of = |n: usize, name: &str, format: Format| {
+        let id_of = |n: usize, name: &str, format: Format| {
             let track = ScannedTrack {
                 backing_path: format!("/m/{name}"),
                 format,
