@@ -88,6 +88,8 @@ def make_odd_library(d):
         sh("ffmpeg", "-v", "error", "-y", "-i", wav, *args, "-metadata", "title=" + name, p(name))
     sh("ffmpeg", "-v", "error", "-y", "-i", wav, "-i", cover, "-map", "0:a", "-map", "1", "-c:a", "aac",
        "-c:v", "copy", "-disposition:v", "attached_pic", p("with-cover.m4a"))
+    sh("ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc=size=64x64:rate=10", "-i", wav,
+       "-shortest", "-c:v", "mpeg4", "-c:a", "aac", "-metadata", "title=video", p("music-video.mp4"))
     # Ogg
     png = open(big, "rb").read()
     block = (struct.pack(">II", 3, 9) + b"image/png" + struct.pack(">I", 0)
@@ -159,9 +161,10 @@ def test_odd_files_are_served_with_identical_audio_or_refused_with_a_reason(tmp_
         want, got = pcm(t["backing_path"]), pcm(os.path.join(m.mnt, t["path"]))
         assert want[1] > 0, name
         assert got == want, f"{name}: audio differs through the mount"
-    # Audiobook players go by the extension.
-    book = next(t for t in tracks if t["backing_path"].endswith("audiobook.m4b"))
-    assert book["path"].endswith(".m4b") and os.path.isfile(os.path.join(m.mnt, book["path"]))
+    # Audiobook and video players go by the extension.
+    for name, ext in [("audiobook.m4b", ".m4b"), ("music-video.mp4", ".mp4"), ("alac.m4a", ".m4a")]:
+        track = next(t for t in tracks if t["backing_path"].endswith(name))
+        assert track["path"].endswith(ext) and os.path.isfile(os.path.join(m.mnt, track["path"])), track
     # ffmpeg and opusdec read both links of the chain.
     served_chain = os.path.join(m.mnt, chain["path"])
     assert opusdec_pcm(served_chain) == opusdec_pcm(chain["backing_path"])

@@ -15,13 +15,13 @@ use retagfs_formats::{
     format_mismatch, synthesize, synthesized_len, Layout, ReadAt, SegmentSource, Source, SynthesisInput,
     SynthesisOptions,
 };
-use retagfs_store::{text_for_display, text_to_path, Format, Store, SynthesisRows, TrackBundle, TrackRow};
+use retagfs_store::{text_for_display, text_to_path, Store, SynthesisRows, TrackBundle, TrackRow};
 
 use crate::failure_log::failure_to_log;
 use crate::read_ahead::{will_need, FirstRead, ReadAhead};
 use crate::storage::{self, Storage};
 use crate::template::{Fallbacks, Fields, Template, DEFAULT_TEMPLATE};
-use crate::tree::{file_ino, FileEntry, Invalidations, Placement, Tree, TreeBuilder};
+use crate::tree::{file_ino, FileEntry, Invalidations, NameExtension, Placement, Tree, TreeBuilder};
 
 /// How files are served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,18 +244,12 @@ fn placement(config: &ViewConfig, b: &TrackBundle, fields: &dyn Fields) -> Place
         file: FileEntry {
             track_id: t.id,
             format: t.format,
-            audiobook: t.format == Format::Mp4 && is_m4b(&t.backing_path),
+            name_extension: NameExtension::of(t.format, &t.backing_path),
             size,
             mtime_ns: t.stamps.mtime_ns,
             content_version: t.content_version,
         },
     }
-}
-
-fn is_m4b(backing_path: &str) -> bool {
-    backing_path
-        .rsplit_once('.')
-        .is_some_and(|(_, ext)| ext.eq_ignore_ascii_case("m4b"))
 }
 
 /// One track's placement read from the store, `None` once it is gone.
@@ -1168,7 +1162,7 @@ impl SegmentSource for Sources<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use retagfs_store::{ScannedTrack, Stamps};
+    use retagfs_store::{Format, ScannedTrack, Stamps};
 
     fn same_song(n: usize) -> ScannedTrack {
         ScannedTrack {
@@ -1364,7 +1358,7 @@ mod tests {
     }
 
     #[test]
-    fn mp4_files_named_m4b_keep_the_extension_audiobook_players_go_by() {
+    fn mp4_files_keep_the_extensions_players_go_by() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(&dir.path().join("s.db")).unwrap();
         let tx = store.write().unwrap();
@@ -1382,6 +1376,8 @@ mod tests {
             id_of(2, "song.m4a", Format::Mp4),
             id_of(3, "a flac.m4b", Format::Flac),
             id_of(4, "m4b/video.mp4", Format::Mp4),
+            id_of(5, "clip.M4V", Format::Mp4),
+            id_of(6, "m4b", Format::Mp4),
         ];
         tx.commit().unwrap();
         let config = ViewConfig {
@@ -1392,7 +1388,10 @@ mod tests {
         };
         let (tree, _) = store.read_snapshot(|s| load_tree(s, &config)).unwrap();
         let names: Vec<String> = ids.iter().map(|&id| tree.path(file_ino(id)).unwrap()).collect();
-        assert_eq!(names, ["T1.m4b", "T2.m4a", "T3.flac", "T4.m4a"]);
+        assert_eq!(
+            names,
+            ["T1.m4b", "T2.m4a", "T3.flac", "T4.mp4", "T5.m4v", "T6.m4a"]
+        );
     }
 
     #[test]

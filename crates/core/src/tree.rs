@@ -46,9 +46,7 @@ const DIRS_PASSED: usize = 64;
 pub struct FileEntry {
     pub track_id: i64,
     pub format: Format,
-    /// An MP4 backing file named `.m4b`: served as `.m4b`, which
-    /// audiobook players go by (resume position, chapters, shelf).
-    pub audiobook: bool,
+    pub name_extension: NameExtension,
     pub size: u64,
     pub mtime_ns: i64,
     pub content_version: i64,
@@ -57,10 +55,35 @@ pub struct FileEntry {
 impl FileEntry {
     /// The extension of the served file's name.
     pub fn extension(&self) -> &'static str {
-        if self.audiobook {
-            "m4b"
-        } else {
-            self.format.extension()
+        match self.name_extension {
+            NameExtension::OfFormat => self.format.extension(),
+            NameExtension::M4b => "m4b",
+            NameExtension::M4v => "m4v",
+            NameExtension::Mp4 => "mp4",
+        }
+    }
+}
+
+/// The extension a served file's name ends with: its format's, or for an
+/// MP4 file one of its backing file's name that players go by rather than
+/// `.m4a`: audiobook players `.m4b` (resume position, chapters, their
+/// shelf), video players `.m4v` and `.mp4`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameExtension {
+    OfFormat,
+    M4b,
+    M4v,
+    Mp4,
+}
+
+impl NameExtension {
+    pub fn of(format: Format, backing_path: &str) -> NameExtension {
+        let ext = backing_path.rsplit_once('.').map_or("", |(_, ext)| ext);
+        match format {
+            Format::Mp4 if ext.eq_ignore_ascii_case("m4b") => NameExtension::M4b,
+            Format::Mp4 if ext.eq_ignore_ascii_case("m4v") => NameExtension::M4v,
+            Format::Mp4 if ext.eq_ignore_ascii_case("mp4") => NameExtension::Mp4,
+            _ => NameExtension::OfFormat,
         }
     }
 }
@@ -783,7 +806,7 @@ mod tests {
             file: FileEntry {
                 track_id: id,
                 format: Format::Flac,
-                audiobook: false,
+                name_extension: NameExtension::OfFormat,
                 size: 1,
                 mtime_ns: 0,
                 content_version: 1,
