@@ -29,10 +29,13 @@ fn path_hash(path: &str) -> u64 {
 }
 
 /// A rendered path as sanitized directory components and a file stem.
+/// The stem is what follows the last `/`, empty if nothing usable (the
+/// file is then named after its track): a file whose title is missing
+/// stays in its album's folder, not named after it one level up.
 fn split_path(path: &str) -> (Vec<String>, String) {
-    let mut comps: Vec<String> = path.split('/').filter_map(sanitize_component).collect();
-    let stem = comps.pop().unwrap_or_default();
-    (comps, stem)
+    let (dirs, name) = path.rsplit_once('/').unwrap_or(("", path));
+    let comps = dirs.split('/').filter_map(sanitize_component).collect();
+    (comps, sanitize_component(name).unwrap_or_default())
 }
 
 /// Longest file name Linux file systems accept, in bytes.
@@ -1008,6 +1011,23 @@ mod tests {
         assert_eq!(
             t.file_paths(),
             vec!["_hidden/x y.flac".to_string(), "etc/passwd.flac".to_string()]
+        );
+    }
+
+    #[test]
+    fn a_file_whose_name_renders_empty_stays_in_its_folder() {
+        let t = Tree::build(vec![
+            place(1, "Artist/Album/ "),
+            place(2, "Artist/Album/.."),
+            place(3, ""),
+        ]);
+        assert_eq!(
+            t.file_paths(),
+            [
+                "Artist/Album/track 1.flac",
+                "Artist/Album/track 2.flac",
+                "track 3.flac"
+            ]
         );
     }
 
