@@ -448,6 +448,17 @@ def test_a_template_field_no_track_has_is_named(store, tmp_path):
     assert "${album}" not in p.stderr
 
 
+def test_names_windows_accepts_are_served_when_asked(store, mount):
+    track = json.loads(run("export", "--db", str(store)).stdout)[0]
+    run("tag", "--db", str(store), "set", str(track["id"]), 'title=What? "Live": AUX...', "artist=CON")
+    ext = os.path.splitext(track["path"])[1]
+    m = mount(store, "--template", "$artist/$title", "--windows-names")
+    assert os.listdir(m.mnt).count("CON_") == 1
+    assert os.path.isfile(os.path.join(m.mnt, "CON_", "What_ _Live__ AUX" + ext))
+    exported = run("export", "--db", str(store), "--template", "$artist/$title", "--windows-names").stdout
+    assert "CON_/What_ _Live__ AUX" + ext in exported
+
+
 def test_symbolic_links_not_followed_are_named(tmp_path, library):
     os.symlink(library / "Some Folder", library / "linked folder")
     db = str(tmp_path / "s.db")

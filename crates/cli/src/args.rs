@@ -122,6 +122,11 @@ pub struct ViewArgs {
     /// Value for any field that has none and no --fallback of its own.
     #[arg(long, value_name = "VALUE")]
     pub default_fallback: Option<String>,
+    /// Names that Windows accepts, for a view shared over SMB (Samba, Sonos,
+    /// Windows clients): `< > : " \ | ? *` become `_`, trailing dots and
+    /// spaces go, and device names such as `CON` or `nul.live` get a `_`.
+    #[arg(long)]
+    pub windows_names: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -327,6 +332,7 @@ impl ViewArgs {
             fallbacks,
             mode,
             synthesis: Default::default(),
+            windows_names: self.windows_names,
         })
     }
 }

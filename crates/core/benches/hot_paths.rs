@@ -94,6 +94,7 @@ fn view() -> ViewConfig {
         fallbacks: Fallbacks::standard(),
         mode: Mode::Synthesis,
         synthesis: Default::default(),
+        windows_names: false,
     }
 }
 

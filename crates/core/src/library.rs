@@ -39,6 +39,9 @@ pub struct ViewConfig {
     pub fallbacks: Fallbacks,
     pub mode: Mode,
     pub synthesis: SynthesisOptions,
+    /// Names Windows accepts ([`crate::tree::windows_safe`]), for a view
+    /// shared over SMB.
+    pub windows_names: bool,
 }
 
 /// A track's tags as template fields, plus computed fields:
@@ -239,8 +242,12 @@ fn placement(config: &ViewConfig, b: &TrackBundle, fields: &dyn Fields) -> Place
             synthesized_len(t, &b.tags, &b.art, &b.flac_block_lens, &b.parts, config.synthesis)
         }
     };
+    let mut path = config.template.render(fields, &config.fallbacks);
+    if config.windows_names {
+        path = crate::tree::windows_safe(&path);
+    }
     Placement {
-        path: config.template.render(fields, &config.fallbacks),
+        path,
         file: FileEntry {
             track_id: t.id,
             format: t.format,
@@ -1336,6 +1343,7 @@ mod tests {
             fallbacks: Fallbacks::standard(),
             mode: Mode::Synthesis,
             synthesis: SynthesisOptions::default(),
+            windows_names: false,
         };
 
         let (tree, tracks) = store.read_snapshot(|s| load_tree(s, &config)).unwrap();
@@ -1385,6 +1393,7 @@ mod tests {
             fallbacks: Fallbacks::standard(),
             mode: Mode::StructureOnly,
             synthesis: SynthesisOptions::default(),
+            windows_names: false,
         };
         let (tree, _) = store.read_snapshot(|s| load_tree(s, &config)).unwrap();
         let names: Vec<String> = ids.iter().map(|&id| tree.path(file_ino(id)).unwrap()).collect();
@@ -1409,6 +1418,7 @@ mod tests {
                 fallbacks: Fallbacks::standard(),
                 mode: Mode::Synthesis,
                 synthesis: SynthesisOptions::default(),
+                windows_names: false,
             };
             let mut valued = 0;
             store

@@ -302,6 +302,38 @@ pub fn track_of_file_ino(ino: u64) -> Option<i64> {
     (ino > FILE_INO_BASE && ino < DIR_BIT).then(|| (ino - FILE_INO_BASE) as i64)
 }
 
+/// Makes each component of a rendered path a name Windows accepts, for a
+/// view shared over SMB: `< > : " \ | ? *` become `_`, trailing dots and
+/// spaces go, and a device name (`CON`, `nul.live`, `COM1`) gets a `_`
+/// after it.
+pub fn windows_safe(path: &str) -> String {
+    path.split('/')
+        .map(windows_safe_component)
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+fn windows_safe_component(raw: &str) -> String {
+    let mapped: String = raw
+        .chars()
+        .map(|c| if "<>:\"\\|?*".contains(c) { '_' } else { c })
+        .collect();
+    let mut name = mapped.trim_end_matches(['.', ' ']).to_string();
+    let base_len = name.find('.').unwrap_or(name.len());
+    if is_windows_device(name[..base_len].trim_end()) {
+        name.insert(base_len, '_');
+    }
+    name
+}
+
+fn is_windows_device(base: &str) -> bool {
+    match base.to_ascii_uppercase().as_bytes() {
+        b"CON" | b"PRN" | b"AUX" | b"NUL" => true,
+        [b'C', b'O', b'M', d] | [b'L', b'P', b'T', d] => (b'1'..=b'9').contains(d),
+        _ => false,
+    }
+}
+
 /// Cleans one path component: control characters become spaces, `/` and
 /// NUL cannot appear, a leading dot (hidden file) becomes `_`, surrounding
 /// whitespace goes. `None` for a component that is empty, `.` or `..`.
@@ -1012,6 +1044,19 @@ mod tests {
             t.file_paths(),
             vec!["_hidden/x y.flac".to_string(), "etc/passwd.flac".to_string()]
         );
+    }
+
+    #[test]
+    fn names_are_made_safe_for_windows_when_asked() {
+        assert_eq!(
+            windows_safe(r#"AC\DC: Live?/What "is" <this>|*/CON/nul.live/Com1 /LPT10/Dots.../con /"#),
+            "AC_DC_ Live_/What _is_ _this___/CON_/nul_.live/Com1_/LPT10/Dots/con_/"
+        );
+        assert_eq!(
+            windows_safe("Abbey Road/Come Together"),
+            "Abbey Road/Come Together"
+        );
+        assert_eq!(windows_safe("aaé/COMé/Sigur Rós."), "aaé/COMé/Sigur Rós");
     }
 
     #[test]

@@ -32,6 +32,7 @@ fn config() -> ViewConfig {
         fallbacks: Fallbacks::standard(),
         mode: Mode::Synthesis,
         synthesis: Default::default(),
+        windows_names: false,
     }
 }
 

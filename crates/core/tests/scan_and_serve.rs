@@ -47,6 +47,7 @@ fn view(mode: Mode) -> ViewConfig {
         fallbacks: Fallbacks::standard(),
         mode,
         synthesis: Default::default(),
+        windows_names: false,
     }
 }
 
