@@ -1195,6 +1195,17 @@ mod tests {
         }
     }
 
+    /// A view of `template` with the standard fallbacks.
+    fn view_of(template: &str, mode: Mode) -> ViewConfig {
+        ViewConfig {
+            template: Template::parse(template).unwrap(),
+            fallbacks: Fallbacks::standard(),
+            mode,
+            synthesis: SynthesisOptions::default(),
+            windows_names: false,
+        }
+    }
+
     #[test]
     fn the_disc_field_is_the_disc_number_when_the_album_has_several() {
         let track = TrackRow {
@@ -1338,13 +1349,7 @@ mod tests {
             .map(|n| retagfs_store::write_scanned(&tx, &same_song(n), None).unwrap())
             .collect();
         tx.commit().unwrap();
-        let config = ViewConfig {
-            template: Template::parse(DEFAULT_TEMPLATE).unwrap(),
-            fallbacks: Fallbacks::standard(),
-            mode: Mode::Synthesis,
-            synthesis: SynthesisOptions::default(),
-            windows_names: false,
-        };
+        let config = view_of(DEFAULT_TEMPLATE, Mode::Synthesis);
 
         let (tree, tracks) = store.read_snapshot(|s| load_tree(s, &config)).unwrap();
 
@@ -1388,13 +1393,7 @@ mod tests {
             id_of(6, "m4b", Format::Mp4),
         ];
         tx.commit().unwrap();
-        let config = ViewConfig {
-            template: Template::parse("$title").unwrap(),
-            fallbacks: Fallbacks::standard(),
-            mode: Mode::StructureOnly,
-            synthesis: SynthesisOptions::default(),
-            windows_names: false,
-        };
+        let config = view_of("$title", Mode::StructureOnly);
         let (tree, _) = store.read_snapshot(|s| load_tree(s, &config)).unwrap();
         let names: Vec<String> = ids.iter().map(|&id| tree.path(file_ino(id)).unwrap()).collect();
         assert_eq!(
@@ -1413,13 +1412,7 @@ mod tests {
         }
         tx.commit().unwrap();
         let never_valued = |template: &str| {
-            let config = ViewConfig {
-                template: Template::parse(template).unwrap(),
-                fallbacks: Fallbacks::standard(),
-                mode: Mode::Synthesis,
-                synthesis: SynthesisOptions::default(),
-                windows_names: false,
-            };
+            let config = view_of(template, Mode::Synthesis);
             let mut valued = 0;
             store
                 .read_snapshot(|s| load_tree_noting(s, &config, &mut valued))
