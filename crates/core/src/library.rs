@@ -106,20 +106,21 @@ const RENDER_BATCH: usize = 256;
 /// grows the tree batch by batch in track id order. Returns the tree and
 /// the number of tracks.
 pub fn load_tree(store: &Store, config: &ViewConfig) -> retagfs_store::Result<(Tree, usize)> {
-    load_tree_noting(store, config, &mut 0)
+    load_tree_noting(store, config, None)
 }
 
-/// [`load_tree`], noting in `valued` which of the template's fields
-/// ([`Template::fields`], the first 64) had a value in some track.
+/// [`load_tree`], noting in `valued`, if given, which of the template's
+/// fields ([`Template::fields`], the first 64) had a value in some track.
 fn load_tree_noting(
     store: &Store,
     config: &ViewConfig,
-    valued: &mut u64,
+    valued: Option<&mut u64>,
 ) -> retagfs_store::Result<(Tree, usize)> {
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (batches_tx, batches_rx) = crossbeam_channel::bounded::<(usize, Vec<TrackBundle>)>(workers * 2);
     let (placed_tx, placed_rx) = crossbeam_channel::unbounded::<(usize, Vec<Placement>, u64)>();
     let names = config.template.fields();
+    let noting = valued.is_some();
     std::thread::scope(|s| {
         for _ in 0..workers {
             let (batches, placed, names) = (batches_rx.clone(), placed_tx.clone(), &names);
@@ -129,7 +130,11 @@ fn load_tree_noting(
                     let placements = batch
                         .iter()
                         .map(|b| {
-                            let fields = NotingFields::new(TrackFields::new(&b.track, &b.tags), names);
+                            let fields = TrackFields::new(&b.track, &b.tags);
+                            if !noting {
+                                return placement(config, b, &fields);
+                            }
+                            let fields = NotingFields::new(fields, names);
                             let p = placement(config, b, &fields);
                             valued |= fields.valued.get();
                             p
@@ -174,7 +179,9 @@ fn load_tree_noting(
         }
         drop(batches_tx);
         let (tree, tree_valued) = builder.join().expect("building the tree panicked");
-        *valued = tree_valued;
+        if let Some(valued) = valued {
+            *valued = tree_valued;
+        }
         read.map(|()| (tree, count))
     })
 }
@@ -611,17 +618,21 @@ impl Library {
         // as a replacement by the watcher, not taken for the one loaded.
         let served = file_id(db);
         let store = Store::open_read_only(db)?;
+        // A misspelt field silently folds the tree where it stands. (The
+        // default template names fields many libraries lack in places.)
+        let check_fields = config.template.source() != DEFAULT_TEMPLATE;
         let mut valued = 0;
         let ((tree, tracks), seq) = store
-            .read_snapshot(|s| Ok((load_tree_noting(s, &config, &mut valued)?, s.last_change_seq()?)))
+            .read_snapshot(|s| {
+                let noting = check_fields.then_some(&mut valued);
+                Ok((load_tree_noting(s, &config, noting)?, s.last_change_seq()?))
+            })
             .context("reading the store")?;
         tracing::info!(
             "loaded {tracks} tracks and built the tree in {:.1} ms",
             started.elapsed().as_secs_f64() * 1000.0
         );
-        // A misspelt field silently folds the tree where it stands. (The
-        // default template names fields many libraries lack in places.)
-        if config.template.source() != DEFAULT_TEMPLATE {
+        if check_fields {
             for reference in references_never_valued(&config.template, valued) {
                 tracing::warn!(
                     "no track has a value for {reference} in the template: check its spelling \
@@ -1415,7 +1426,7 @@ mod tests {
             let config = view_of(template, Mode::Synthesis);
             let mut valued = 0;
             store
-                .read_snapshot(|s| load_tree_noting(s, &config, &mut valued))
+                .read_snapshot(|s| load_tree_noting(s, &config, Some(&mut valued)))
                 .unwrap();
             references_never_valued(&config.template, valued)
         };
