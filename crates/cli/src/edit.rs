@@ -191,11 +191,14 @@ fn edit_pairs(
 ) -> anyhow::Result<()> {
     let edits = pairs(raw)?;
     let tx = db.write()?;
+    let mut edited = store::EditedTracks::new();
     for &id in ids {
+        edited.note(&tx, id)?;
         for (k, values) in &edits {
             apply(&tx, id, k, values)?;
         }
     }
+    edited.settle(&tx)?;
     tx.commit()?;
     Ok(())
 }
@@ -212,7 +215,9 @@ fn remove_values(db: &mut store::Store, ids: &[i64], raw: &[String]) -> anyhow::
         .collect::<Result<Vec<_>, UsageError>>()?;
     let current = ids.iter().map(|&id| db.tags(id)).collect::<Result<Vec<_>, _>>()?;
     let tx = db.write()?;
+    let mut edited = store::EditedTracks::new();
     for (&id, current) in ids.iter().zip(&current) {
+        edited.note(&tx, id)?;
         for (k, only) in &removals {
             let keep: Vec<String> = match only {
                 Some(v) => current
@@ -225,6 +230,7 @@ fn remove_values(db: &mut store::Store, ids: &[i64], raw: &[String]) -> anyhow::
             store::set_tag(&tx, id, k, &keep)?;
         }
     }
+    edited.settle(&tx)?;
     tx.commit()?;
     Ok(())
 }
@@ -283,9 +289,12 @@ pub fn art(a: ArtArgs) -> anyhow::Result<()> {
             })?;
             let tx = db.write()?;
             let sha = store::insert_art(&tx, &art)?;
+            let mut edited = store::EditedTracks::new();
             for track in &tracks {
+                edited.note(&tx, track.id)?;
                 store::link_art(&tx, track.id, &sha, t)?;
             }
+            edited.settle(&tx)?;
             tx.commit()?;
             println!("{sha}");
             report(a.recursive, "set the picture of", tracks.len());
@@ -296,9 +305,12 @@ pub fn art(a: ArtArgs) -> anyhow::Result<()> {
             let t = if all { None } else { Some(picture_type(&t)?) };
             let tx = db.write()?;
             let mut removed = 0;
+            let mut edited = store::EditedTracks::new();
             for track in &tracks {
+                edited.note(&tx, track.id)?;
                 removed += store::remove_art(&tx, track.id, t)?;
             }
+            edited.settle(&tx)?;
             tx.commit()?;
             eprintln!("removed {removed} picture(s)");
         }

@@ -260,7 +260,7 @@ fn placement(config: &ViewConfig, b: &TrackBundle, fields: &dyn Fields) -> Place
             format: t.format,
             name_extension: NameExtension::of(t.format, &t.backing_path),
             size,
-            mtime_ns: t.stamps.mtime_ns,
+            mtime_ns: t.served_mtime_ns(),
             content_version: t.content_version,
         },
     }
@@ -285,6 +285,12 @@ enum Pending {
     Rebuild(Box<Tree>, usize, i64),
     /// These tracks changed (None: removed), up to this log position.
     Tracks(Vec<(i64, Option<Placement>)>, i64),
+    /// A newer retagfs migrated the store to this schema version, which
+    /// this one cannot read: the view stays as it is.
+    NewerSchema(i64),
+    /// The store was migrated to this version, which this retagfs knows,
+    /// since its connections opened it: they load it again.
+    Migrated(i64),
 }
 
 /// The outcome of one refresh.
@@ -468,6 +474,8 @@ pub struct Library {
     /// so refreshes run one at a time.
     seen_seq: Mutex<i64>,
     read_ahead: Mutex<ReadAheadMode>,
+    /// The newer schema version last warned about ([`Library::note_newer_schema`]).
+    newer_schema_noted: Mutex<Option<i64>>,
 }
 
 /// An open file: the layout resolved at open time and the backing file.
@@ -650,6 +658,7 @@ impl Library {
             prefetched: Mutex::default(),
             seen_seq: Mutex::new(seq),
             read_ahead: Mutex::default(),
+            newer_schema_noted: Mutex::default(),
         })
     }
 
@@ -670,6 +679,13 @@ impl Library {
             .with(|store| {
                 store
                     .read_snapshot(|s| {
+                        let version = s.schema_version_now()?;
+                        if version > retagfs_store::SCHEMA_VERSION {
+                            return Ok(Pending::NewerSchema(version));
+                        }
+                        if version != s.schema_version() {
+                            return Ok(Pending::Migrated(version));
+                        }
                         let last = s.last_change_seq()?;
                         if last <= since {
                             return Ok(Pending::Nothing);
@@ -696,6 +712,12 @@ impl Library {
         let mut out = Refresh::default();
         match pending {
             Pending::Nothing => {}
+            Pending::NewerSchema(version) => self.note_newer_schema(version),
+            Pending::Migrated(version) => {
+                drop(seen);
+                tracing::info!("the store was migrated to schema version {version}: loading it again");
+                return self.reload();
+            }
             Pending::Rebuild(new, tracks, last) => {
                 out = self.replace_tree(*new, tracks);
                 *seen = last;
@@ -715,6 +737,22 @@ impl Library {
             }
         }
         Ok(out)
+    }
+
+    /// Says, once per schema version, that a newer retagfs migrated the
+    /// store and that this mount no longer follows it.
+    fn note_newer_schema(&self, version: i64) {
+        let mut noted = self.newer_schema_noted.lock().unwrap_or_else(|e| e.into_inner());
+        if *noted != Some(version) {
+            *noted = Some(version);
+            tracing::warn!(
+                "a newer retagfs migrated the store {} to schema version {version} (this one \
+                 reads up to {}): the mount keeps serving the view it has and no longer follows \
+                 edits; restart it with the newer retagfs",
+                self.pool.db.display(),
+                retagfs_store::SCHEMA_VERSION
+            );
+        }
     }
 
     /// Loads the store again from its path, after the file there was
@@ -1232,6 +1270,7 @@ mod tests {
             },
             content_version: 1,
             passthrough: None,
+            changed_at: 0,
         };
         let disc = |tags: &[(&str, &str)]| {
             let tags: Vec<(String, String)> =
@@ -1267,6 +1306,7 @@ mod tests {
                 },
                 content_version: 1,
                 passthrough: None,
+                changed_at: 0,
             };
             cache.put(&track, layout.clone());
             assert!(cache.get(id, 1).is_some(), "the file just put is held");

@@ -93,6 +93,7 @@ impl Probe {
             },
             content_version: 1,
             passthrough: self.passthrough.clone(),
+            changed_at: 0,
         }
     }
 

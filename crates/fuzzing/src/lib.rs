@@ -135,6 +135,7 @@ fn random_rows(u: &mut Unstructured<'_>) -> ArbResult<Rows> {
         },
         content_version: 1,
         passthrough: None,
+        changed_at: 0,
     };
     let tags: Vec<(String, String)> = u.arbitrary()?;
     let images: Vec<Vec<u8>> = u.arbitrary()?;

@@ -7,12 +7,14 @@
 //! Reads are methods of [`Store`]; writes are functions over a transaction
 //! from [`Store::write`], so a caller can batch many in one commit.
 
+mod change_times;
 mod model;
 mod path_table;
 mod path_text;
 mod scanned_dirs;
 mod store;
 
+pub use change_times::EditedTracks;
 pub use model::{
     ArtLink, BackingPart, Fingerprint, Format, NewArt, PartKind, ScannedPicture, ScannedTrack, Stamps,
     SynthesisRows, TrackBundle, TrackRow,

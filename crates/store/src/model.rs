@@ -89,6 +89,21 @@ pub struct TrackRow {
     pub content_version: i64,
     /// Why the file is served byte-identical in synthesis mode, if it is.
     pub passthrough: Option<String>,
+    /// When what the track serves last changed in the store, in seconds
+    /// since the epoch (0: not since it was scanned; docs/store.md,
+    /// "Change times").
+    pub changed_at: i64,
+}
+
+impl TrackRow {
+    /// The mtime (and ctime) of the track's served file: the later of its
+    /// backing file's mtime and its last change in the store, so that an
+    /// indexer that goes by mtimes reads an edited file again.
+    pub fn served_mtime_ns(&self) -> i64 {
+        self.stamps
+            .mtime_ns
+            .max(self.changed_at.saturating_mul(1_000_000_000))
+    }
 }
 
 /// A track with everything its served path and size are computed from

@@ -10,6 +10,7 @@ use rusqlite::types::{Value, ValueRef};
 use rusqlite::{params, params_from_iter, Connection, OpenFlags, OptionalExtension, Transaction};
 use sha2::{Digest, Sha256};
 
+use crate::change_times::EditedTracks;
 use crate::model::{
     ArtLink, BackingPart, Fingerprint, Format, NewArt, PartKind, ScannedTrack, Stamps, SynthesisRows,
     TrackBundle, TrackRow,
@@ -18,7 +19,7 @@ use crate::path_table::{KnownStamps, PathTable};
 use crate::scanned_dirs::{DirStamp, ScannedDir, ScannedDirs};
 
 /// Schema version this binary writes, kept in `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// Migrations, index i upgrades a store from version i to i + 1.
 const MIGRATIONS: &[&str] = &[
@@ -30,6 +31,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("schema_v6.sql"),
     include_str!("schema_v7.sql"),
     include_str!("schema_v8.sql"),
+    include_str!("schema_v9.sql"),
 ];
 
 /// `passthrough` of tracks that schema version 2 found without the
@@ -130,6 +132,10 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 /// A connection to a store.
 pub struct Store {
     conn: Connection,
+    /// The schema version the store had when this connection opened it:
+    /// what its queries are written for ([`Store::schema_version_now`]
+    /// tells whether another process migrated it since).
+    opened_version: i64,
     /// Held by a store opened for a scan ([`Store::open_for_scan`]).
     /// Declared after the connection so that it is let go after the
     /// connection closed: a mount waiting for the scan to end then finds
@@ -327,12 +333,14 @@ impl Store {
             source,
         };
         let conn = Connection::open(path).map_err(open_err)?;
-        let store = Store {
+        let mut store = Store {
             conn,
+            opened_version: SCHEMA_VERSION,
             scan_lock: None,
         };
         store.configure().map_err(open_err)?;
         store.migrate(path)?;
+        store.opened_version = store.schema_version_now()?;
         Ok(store)
     }
 
@@ -368,11 +376,12 @@ impl Store {
         // A mount holds one reader per serving thread: keep each one's page
         // cache small (the kernel caches the database file anyway).
         conn.pragma_update(None, "cache_size", -512).map_err(open_err)?;
-        let store = Store {
+        let mut store = Store {
             conn,
+            opened_version: 0,
             scan_lock: None,
         };
-        store.check_version(path)?;
+        store.opened_version = store.check_version(path)?;
         Ok(store)
     }
 
@@ -498,6 +507,28 @@ impl Store {
         }
     }
 
+    /// The schema version the store had when it was opened (after
+    /// migrating it, for a store opened to write).
+    pub fn schema_version(&self) -> i64 {
+        self.opened_version
+    }
+
+    /// The schema version the store has now: another process (a newer
+    /// retagfs's scan) may have migrated it since it was opened.
+    pub fn schema_version_now(&self) -> Result<i64> {
+        Ok(self.conn.pragma_query_value(None, "user_version", |r| r.get(0))?)
+    }
+
+    /// The columns [`track_from_row`] reads, as this store has them: a
+    /// store mounted as it is, from before version 9, has no change times.
+    fn track_columns(&self) -> &'static str {
+        if self.opened_version >= 9 {
+            TRACK_COLUMNS
+        } else {
+            TRACK_COLUMNS_BEFORE_V9
+        }
+    }
+
     /// Raw connection, for callers that need a transaction of their own.
     pub fn conn(&self) -> &Connection {
         &self.conn
@@ -585,17 +616,19 @@ impl Store {
 
     /// Every track, ordered by id.
     pub fn tracks(&self) -> Result<Vec<TrackRow>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(&format!("SELECT {TRACK_COLUMNS} FROM tracks ORDER BY id"))?;
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {} FROM tracks ORDER BY id",
+            self.track_columns()
+        ))?;
         let rows = stmt.query_map([], track_from_row)?;
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
 
     pub fn track(&self, id: i64) -> Result<Option<TrackRow>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(&format!("SELECT {TRACK_COLUMNS} FROM tracks WHERE id = ?1"))?;
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {} FROM tracks WHERE id = ?1",
+            self.track_columns()
+        ))?;
         Ok(stmt.query_row([id], track_from_row).optional()?)
     }
 
@@ -607,7 +640,8 @@ impl Store {
             }
         }
         let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {TRACK_COLUMNS} FROM tracks WHERE backing_path = ?1"
+            "SELECT {} FROM tracks WHERE backing_path = ?1",
+            self.track_columns()
         ))?;
         // A path as the store has it (an export's) needs no resolving
         // (which reads every symlink along it).
@@ -629,7 +663,8 @@ impl Store {
         // The paths under `dir/` sort between `dir/` and `dir0` ('0'
         // follows '/'), a range the unique index on the path answers.
         let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {TRACK_COLUMNS} FROM tracks WHERE backing_path > ?1 AND backing_path < ?2 ORDER BY id"
+            "SELECT {} FROM tracks WHERE backing_path > ?1 AND backing_path < ?2 ORDER BY id",
+            self.track_columns()
         ))?;
         let rows = stmt.query_map([format!("{dir}/"), format!("{dir}0")], track_from_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -763,9 +798,10 @@ impl Store {
     /// reports it ([`Store::art_links`]). Call inside
     /// [`Store::read_snapshot`] for one consistent state.
     pub fn for_each_track(&self, mut f: impl FnMut(TrackBundle)) -> Result<()> {
-        let mut tracks = self
-            .conn
-            .prepare(&format!("SELECT {TRACK_COLUMNS} FROM tracks ORDER BY id"))?;
+        let mut tracks = self.conn.prepare(&format!(
+            "SELECT {} FROM tracks ORDER BY id",
+            self.track_columns()
+        ))?;
         let mut tags = self
             .conn
             .prepare("SELECT track_id, key, value FROM tags ORDER BY track_id, key, position")?;
@@ -881,7 +917,8 @@ impl Store {
     ) -> Result<()> {
         let range = [*ids.start(), *ids.end()];
         let mut tracks = self.conn.prepare_cached(&format!(
-            "SELECT {TRACK_COLUMNS} FROM tracks WHERE id BETWEEN +?1 AND +?2 ORDER BY id"
+            "SELECT {} FROM tracks WHERE id BETWEEN +?1 AND +?2 ORDER BY id",
+            self.track_columns()
         ))?;
         let mut rows = tracks.query(range)?;
         if !synthesis {
@@ -1202,7 +1239,9 @@ impl<'s, T> ByTrack<'s, T> {
 }
 
 const TRACK_COLUMNS: &str = "id, backing_path, format, audio_offset, audio_length, \
-                             file_size, mtime_ns, ctime_ns, content_version, passthrough";
+                             file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at";
+const TRACK_COLUMNS_BEFORE_V9: &str = "id, backing_path, format, audio_offset, audio_length, \
+                             file_size, mtime_ns, ctime_ns, content_version, passthrough, 0";
 
 fn track_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackRow> {
     let id = r.get(0)?;
@@ -1226,6 +1265,7 @@ fn track_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackRow> {
             ValueRef::Null => None,
             _ => Some(text(r, 9, id)?),
         },
+        changed_at: r.get(10)?,
     })
 }
 
@@ -1315,6 +1355,8 @@ pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i6
             let last_read: Option<Vec<u8>> = tx
                 .prepare_cached("SELECT scanned_tags FROM tracks WHERE id = ?1")?
                 .query_row([id], |r| r.get(0))?;
+            let mut edited = EditedTracks::new();
+            edited.note(tx, id)?;
             update_scanned(tx, id, t, &read)?;
             // The file's own tags as last read: its stamps changed for
             // another reason (chmod, touch, a copy), and the store's tags,
@@ -1327,6 +1369,7 @@ pub fn write_scanned(tx: &Transaction<'_>, t: &ScannedTrack, existing: Option<i6
                 }
                 insert_file_tags(tx, id, t, StoreArt::Yes)?;
             }
+            edited.settle(tx)?;
             id
         }
         None => insert_track(tx, t, &read, StoreArt::Yes)?,

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::track;
+use common::{store_of_version, track};
 use retagfs_store::{
     self as store, BackingPart, DirStamp, Fingerprint, Format, NewArt, PartKind, ScanLock, ScannedDir,
     ScannedTrack, Store, StoreError,
@@ -252,26 +252,6 @@ fn version_1_store_is_migrated_and_its_unstructured_tracks_pass_through() {
     let mtime = |p: &str| known.stamps(known.find(p).unwrap()).mtime_ns;
     assert_eq!(mtime("/m/a.wav"), -1);
     assert_eq!(mtime("/m/b.mp3"), 1);
-}
-
-/// A new store at `path` made by the schema scripts up to `version`, as
-/// that version of retagfs made it.
-fn store_of_version(path: &std::path::Path, version: usize) -> rusqlite::Connection {
-    const SCRIPTS: [&str; 7] = [
-        include_str!("../src/schema.sql"),
-        include_str!("../src/schema_v2.sql"),
-        include_str!("../src/schema_v3.sql"),
-        include_str!("../src/schema_v4.sql"),
-        include_str!("../src/schema_v5.sql"),
-        include_str!("../src/schema_v6.sql"),
-        include_str!("../src/schema_v7.sql"),
-    ];
-    let conn = rusqlite::Connection::open(path).unwrap();
-    for script in &SCRIPTS[..version] {
-        conn.execute_batch(script).unwrap();
-    }
-    conn.pragma_update(None, "user_version", version as i64).unwrap();
-    conn
 }
 
 /// A store of version 4 keeps its sha256 fingerprints as legacy ones,

@@ -26,3 +26,25 @@ pub fn track(path: &str) -> ScannedTrack {
         passthrough: None,
     }
 }
+
+/// A new store at `path` made by the schema scripts up to `version`, as
+/// that version of retagfs made it.
+#[allow(dead_code)] // not every test binary makes old stores
+pub fn store_of_version(path: &std::path::Path, version: usize) -> rusqlite::Connection {
+    const SCRIPTS: [&str; 8] = [
+        include_str!("../../src/schema.sql"),
+        include_str!("../../src/schema_v2.sql"),
+        include_str!("../../src/schema_v3.sql"),
+        include_str!("../../src/schema_v4.sql"),
+        include_str!("../../src/schema_v5.sql"),
+        include_str!("../../src/schema_v6.sql"),
+        include_str!("../../src/schema_v7.sql"),
+        include_str!("../../src/schema_v8.sql"),
+    ];
+    let conn = rusqlite::Connection::open(path).unwrap();
+    for script in &SCRIPTS[..version] {
+        conn.execute_batch(script).unwrap();
+    }
+    conn.pragma_update(None, "user_version", version as i64).unwrap();
+    conn
+}
