@@ -56,6 +56,11 @@ pub fn push_tag(layout: &mut Layout, tags: &[(String, String)], art: &[ArtLink],
     if size == 0 {
         return 0;
     }
+    let mut padding = padding_after(HEADER_LEN as u64 + size);
+    if size + padding > MAX_TAG_LEN {
+        padding = 0;
+    }
+    size += padding;
     layout.push_bytes(b"ID3");
     layout.push_bytes(&[version_byte(version), 0, 0]);
     layout.push_bytes(&syncsafe(size as u32));
@@ -70,7 +75,18 @@ pub fn push_tag(layout: &mut Layout, tags: &[(String, String)], art: &[ArtLink],
         layout.push_bytes(&prefix);
         layout.push_art(link.art_rowid, link.data_len);
     }
+    layout.push_bytes(&PADDING[..padding as usize]);
     HEADER_LEN as u64 + size
+}
+
+/// Zero bytes after the last frame, as taggers leave them: readers that
+/// check a frame's size against what follows it (exiftool warns "Invalid
+/// ID3 frame size" otherwise) find the tag's end where they look for it.
+/// The whole tag comes out of even length, as a RIFF chunk must be.
+const PADDING: [u8; 1025] = [0; 1025];
+
+fn padding_after(tag_len: u64) -> u64 {
+    1024 + tag_len % 2
 }
 
 fn version_byte(version: Id3Version) -> u8 {
