@@ -1,7 +1,16 @@
 //! WAV: walk the RIFF chunks; tags come from an `id3 ` chunk and from
 //! `LIST/INFO`, the audio is the `data` chunk. Served: the RIFF header with
-//! the new size, the original non-tag chunks, a fresh `LIST/INFO` and `id3 `
-//! chunk just before `data`, then the original `data` bytes.
+//! the new size, the original non-tag chunks, a fresh `id3 ` chunk just
+//! before `data`, then the original `data` bytes.
+//!
+//! No `LIST/INFO` is served. ffmpeg (and so Jellyfin, Emby and ffprobe)
+//! drops a WAV's `id3 ` chunk as soon as the file has any INFO field, and
+//! MPD (through libsndfile) as soon as INFO has a title, artist, album,
+//! date, genre or track: one INFO value per field would then hide album
+//! artists, composers, MusicBrainz ids and every value after a first.
+//! minidlna, which reads INFO alone, shows such files by their names.
+//! Every chunk written is of even length: minidlna's chunk walk ignores
+//! RIFF pad bytes, and lost its place (and the duration) after an odd one.
 
 use retagfs_store::{ArtLink, BackingPart, PartKind};
 
@@ -128,7 +137,6 @@ pub fn synthesize(
         match part.kind {
             PartKind::Chunk => body.push_backing(part.offset, part.length),
             PartKind::Data => {
-                push_info_chunk(&mut body, tags);
                 push_id3_chunk(&mut body, tags, art, id3_version);
                 body.push_bytes(b"data");
                 body.push_bytes(&(part.length as u32).to_le_bytes());
@@ -150,44 +158,6 @@ pub fn synthesize(
     Ok(layout)
 }
 
-/// `LIST/INFO` with the fields INFO has ids for. INFO holds one value per
-/// id: a key's first value, as the `id3 ` chunk beside it (which carries
-/// every value) gives it first, so that readers of both see them agree.
-fn push_info_chunk(layout: &mut Layout, tags: &[(String, String)]) {
-    let fields = info_fields(tags);
-    if fields.is_empty() {
-        return;
-    }
-    let mut list = b"INFO".to_vec();
-    for (id, value) in fields {
-        let len = value.len() + 1;
-        list.extend_from_slice(id.as_bytes());
-        list.extend_from_slice(&(len as u32).to_le_bytes());
-        list.extend_from_slice(value.as_bytes());
-        list.push(0);
-        if len & 1 == 1 {
-            list.push(0);
-        }
-    }
-    layout.push_bytes(b"LIST");
-    layout.push_bytes(&(list.len() as u32).to_le_bytes());
-    layout.push_bytes(&list);
-}
-
-/// (INFO id, value) for each key INFO has an id for: its first value.
-fn info_fields(tags: &[(String, String)]) -> Vec<(&'static str, String)> {
-    let mut fields: Vec<(&'static str, String)> = Vec::new();
-    for (key, value) in tags {
-        let Some(id) = keys::mapping(key).and_then(|m| m.info) else {
-            continue;
-        };
-        if fields.iter().all(|(i, _)| *i != id) {
-            fields.push((id, value.replace('\0', "")));
-        }
-    }
-    fields
-}
-
 fn push_id3_chunk(layout: &mut Layout, tags: &[(String, String)], art: &[ArtLink], version: Id3Version) {
     let mut tag = Layout::default();
     let len = id3_tag::push_tag(&mut tag, tags, art, version);
@@ -207,14 +177,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn info_holds_the_first_value_of_each_key() {
-        let tags: Vec<(String, String)> = [("genre", "R&B"), ("title", "T\0x"), ("genre", "Soundtrack")]
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let fields = info_fields(&tags);
-        assert!(fields.contains(&("IGNR", "R&B".to_string())), "{fields:?}");
-        assert!(fields.contains(&("INAM", "Tx".to_string())), "{fields:?}");
-        assert_eq!(fields.len(), 2);
+    fn tags_go_in_one_id3_chunk_of_even_length_and_no_info() {
+        let parts = [
+            BackingPart::new(PartKind::Chunk, 12, 24),
+            BackingPart::new(PartKind::Data, 44, 101),
+        ];
+        for title in ["T", "Tt", "Ttt"] {
+            let tags = vec![
+                ("title".to_string(), title.to_string()),
+                ("genre".into(), "Jazz".into()),
+            ];
+            let layout = synthesize(&parts, &tags, &[], Id3Version::V24, 145).unwrap();
+            let bytes = layout.generated_bytes();
+            assert!(!bytes.windows(4).any(|w| w == b"LIST"), "no INFO chunk");
+            let at = bytes.windows(4).position(|w| w == b"id3 ").unwrap();
+            let len = le_u32(&bytes[at + 4..]);
+            assert_eq!(len % 2, 0, "{title}: id3 chunk of {len} bytes");
+            assert_eq!(&bytes[at + 8 + len as usize..][..4], b"data");
+        }
     }
 }
