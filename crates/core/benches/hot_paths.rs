@@ -243,6 +243,7 @@ fn lookup_store(path: &Path, lyrics: bool) -> Vec<i64> {
             flac_blocks: vec![(0, vec![0; 34])],
             parts: vec![],
             passthrough: None,
+            vendor: None,
         };
         ids.push(store::write_scanned(&tx, &track, None).unwrap());
     }

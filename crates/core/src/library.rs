@@ -1241,6 +1241,7 @@ mod tests {
             flac_blocks: vec![(0, vec![0; 34])],
             parts: vec![],
             passthrough: None,
+            vendor: None,
         }
     }
 
@@ -1271,6 +1272,7 @@ mod tests {
             content_version: 1,
             passthrough: None,
             changed_at: 0,
+            vendor: None,
         };
         let disc = |tags: &[(&str, &str)]| {
             let tags: Vec<(String, String)> =
@@ -1307,6 +1309,7 @@ mod tests {
                 content_version: 1,
                 passthrough: None,
                 changed_at: 0,
+                vendor: None,
             };
             cache.put(&track, layout.clone());
             assert!(cache.get(id, 1).is_some(), "the file just put is held");

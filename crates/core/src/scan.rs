@@ -259,6 +259,7 @@ fn probe_file(job: &Job<'_>, sha256: bool, buf: &mut Vec<u8>) -> Result<Probed, 
         flac_blocks: p.flac_blocks,
         parts: p.parts,
         passthrough: p.passthrough,
+        vendor: p.vendor,
     };
     Ok(Probed {
         track,

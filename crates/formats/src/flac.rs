@@ -55,6 +55,7 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
             VORBIS_COMMENT => {
                 let body = src.read(body_at, len, "VORBIS_COMMENT block")?;
                 let c = vorbis_comment::parse(&body)?;
+                probe.vendor = Some(c.vendor);
                 probe.tags.extend(c.tags);
                 probe.pictures.extend(c.pictures);
             }
@@ -243,9 +244,9 @@ type Fitting<'a> = (Cow<'a, [(String, String)]>, Vec<&'a ArtLink>);
 
 /// Tags and pictures that fit in FLAC blocks: a comment list over the
 /// 24-bit limit loses its longest values, a picture over it is left out.
-fn fitting<'a>(tags: &'a [(String, String)], art: &'a [ArtLink]) -> Fitting<'a> {
+fn fitting<'a>(vendor: &str, tags: &'a [(String, String)], art: &'a [ArtLink]) -> Fitting<'a> {
     let mut tags = Cow::Borrowed(tags);
-    while vorbis_comment::encoded_len(&tags) > MAX_BLOCK_LEN {
+    while vorbis_comment::encoded_len(vendor, &tags) > MAX_BLOCK_LEN {
         let longest = (0..tags.len()).max_by_key(|&i| tags[i].1.len()).unwrap_or(0);
         tags.to_mut().remove(longest);
     }
@@ -259,20 +260,22 @@ fn fitting<'a>(tags: &'a [(String, String)], art: &'a [ArtLink]) -> Fitting<'a> 
 /// Size of the synthesized file, from the lengths of the kept blocks.
 pub fn synthesized_len(
     block_lens: &[(u8, u64)],
+    vendor: &str,
     tags: &[(String, String)],
     art: &[ArtLink],
     audio_length: u64,
 ) -> u64 {
-    let (tags, art) = fitting(tags, art);
+    let (tags, art) = fitting(vendor, tags, art);
     let blocks: u64 = block_lens.iter().map(|(_, len)| 4 + len).sum();
     let pictures: u64 = art.iter().map(|a| 4 + flac_picture_len(a)).sum();
-    4 + blocks + 4 + vorbis_comment::encoded_len(&tags) + pictures + audio_length
+    4 + blocks + 4 + vorbis_comment::encoded_len(vendor, &tags) + pictures + audio_length
 }
 
 /// `fLaC`, the kept structural blocks, a fresh VORBIS_COMMENT, PICTURE
 /// blocks whose image bytes stream from the store, then the audio frames.
 pub fn synthesize(
     blocks: &[(u8, Vec<u8>)],
+    vendor: &str,
     tags: &[(String, String)],
     art: &[ArtLink],
     audio_offset: u64,
@@ -287,15 +290,15 @@ pub fn synthesize(
             b.len()
         ));
     }
-    let (tags, art) = fitting(tags, art);
+    let (tags, art) = fitting(vendor, tags, art);
     let mut layout = Layout::default();
     layout.push_bytes(b"fLaC");
     for (block_type, body) in blocks {
         layout.push_bytes(&block_header(*block_type, false, body.len() as u64));
         layout.push_bytes(body);
     }
-    let mut comment = Vec::with_capacity(vorbis_comment::encoded_len(&tags) as usize);
-    vorbis_comment::encode(&tags, &mut comment);
+    let mut comment = Vec::with_capacity(vorbis_comment::encoded_len(vendor, &tags) as usize);
+    vorbis_comment::encode(vendor, &tags, &mut comment);
     layout.push_bytes(&block_header(
         VORBIS_COMMENT,
         art.is_empty(),
@@ -350,8 +353,8 @@ mod tests {
             }
             let lens: Vec<(u8, u64)> = blocks.iter().map(|(t, b)| (*t, b.len() as u64)).collect();
             let art: Vec<ArtLink> = art.into_iter().enumerate().map(|(i, (n, d))| link(i as i64 + 1, n, d)).collect();
-            let layout = synthesize(&blocks, &tags, &art, 4096, audio).unwrap();
-            prop_assert_eq!(layout.len(), synthesized_len(&lens, &tags, &art, audio));
+            let layout = synthesize(&blocks, "v", &tags, &art, 4096, audio).unwrap();
+            prop_assert_eq!(layout.len(), synthesized_len(&lens, "v", &tags, &art, audio));
             prop_assert_eq!(layout.len(), layout.segments().iter().map(|s| s.len()).sum::<u64>());
             // The audio is the last segment, exactly the backing range.
             if audio > 0 {
@@ -415,7 +418,7 @@ mod tests {
 
     #[test]
     fn missing_streaminfo_is_an_error() {
-        assert!(synthesize(&[], &[], &[], 0, 10).is_err());
-        assert!(synthesize(&[(SEEKTABLE, vec![])], &[], &[], 0, 10).is_err());
+        assert!(synthesize(&[], "v", &[], &[], 0, 10).is_err());
+        assert!(synthesize(&[(SEEKTABLE, vec![])], "v", &[], &[], 0, 10).is_err());
     }
 }

@@ -147,6 +147,7 @@ pub fn probe(src: &Source<'_>, format: Format) -> Result<Probe> {
     .ok_or_else(|| ProbeError::Malformed("second header packet is not a comment header".into()))?;
     let comments = vorbis_comment::parse(body)?;
     let mut probe = Probe::new(format);
+    probe.vendor = Some(comments.vendor);
     probe.tags = comments.tags;
     probe.pictures = comments.pictures;
     probe.audio_offset = audio_offset;
@@ -339,6 +340,7 @@ fn runs_past_the_end(pos: u64) -> ProbeError {
 pub fn synthesize(
     format: Format,
     parts: &[BackingPart],
+    vendor: &str,
     tags: &[(String, String)],
     art: &[ArtLink],
     audio_offset: u64,
@@ -353,7 +355,7 @@ pub fn synthesize(
         return Err("the store's Vorbis setup header does not match the format".into());
     }
     let mut stream = Layout::default();
-    let mut comment_len = push_comment_packet(&mut stream, format, tags, art);
+    let mut comment_len = push_comment_packet(&mut stream, format, vendor, tags, art);
     let setup_len: u64 = setup.iter().map(|p| p.length).sum();
     let original_pages = pages.len() - 1;
     let padding = padding_to_fill(
@@ -421,6 +423,7 @@ fn padding_to_fill(pages: usize, comment_len: u64, setup_len: Option<u64>) -> u6
 fn push_comment_packet(
     stream: &mut Layout,
     format: Format,
+    vendor: &str,
     tags: &[(String, String)],
     art: &[ArtLink],
 ) -> u64 {
@@ -430,8 +433,8 @@ fn push_comment_packet(
         Format::Vorbis => b"\x03vorbis".to_vec(),
         _ => b"OpusTags".to_vec(),
     };
-    let count_at = head.len() + 4 + vorbis_comment::VENDOR.len();
-    vorbis_comment::encode(tags, &mut head);
+    let count_at = head.len() + 4 + vendor.len();
+    vorbis_comment::encode(vendor, tags, &mut head);
     let count = (tags.len() + art.len()) as u32;
     head[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
     stream.push_bytes(&head);
@@ -459,7 +462,16 @@ mod tests {
     fn a_layout_counts_the_comment_text_its_header_pages_hold() {
         let parts = [BackingPart::new(PartKind::Page, 0, 47)];
         let heap = |tags: &[(String, String)]| {
-            let mut layout = synthesize(Format::Opus, &parts, tags, &[], 47, 10_000).unwrap();
+            let mut layout = synthesize(
+                Format::Opus,
+                &parts,
+                vorbis_comment::VENDOR,
+                tags,
+                &[],
+                47,
+                10_000,
+            )
+            .unwrap();
             layout.shrink_to_fit();
             layout.heap_bytes()
         };
@@ -485,7 +497,16 @@ mod tests {
         // (header pages, audio pages as they are, length served)
         let served = |pages: u64, tags: &[(String, String)]| {
             let (parts, audio_at) = opus_header(pages);
-            let layout = synthesize(Format::Opus, &parts, tags, &[], audio_at, 10_000).unwrap();
+            let layout = synthesize(
+                Format::Opus,
+                &parts,
+                vorbis_comment::VENDOR,
+                tags,
+                &[],
+                audio_at,
+                10_000,
+            )
+            .unwrap();
             let as_is = Segment::Backing {
                 offset: audio_at,
                 len: 10_000,

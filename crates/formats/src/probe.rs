@@ -23,6 +23,8 @@ pub struct Probe {
     pub parts: Vec<BackingPart>,
     /// Why the file must be served byte-identical, if it must.
     pub passthrough: Option<String>,
+    /// The vendor string of a FLAC, Vorbis or Opus file's comments.
+    pub vendor: Option<String>,
 }
 
 impl Probe {
@@ -36,6 +38,7 @@ impl Probe {
             flac_blocks: Vec::new(),
             parts: Vec::new(),
             passthrough: None,
+            vendor: None,
         }
     }
 }
@@ -94,6 +97,7 @@ impl Probe {
             content_version: 1,
             passthrough: self.passthrough.clone(),
             changed_at: 0,
+            vendor: self.vendor.clone(),
         }
     }
 

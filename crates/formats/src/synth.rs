@@ -5,6 +5,7 @@ use retagfs_store::{ArtLink, BackingPart, TrackRow};
 use crate::id3_tag::{self, Id3Version};
 use crate::layout::Layout;
 use crate::source::ReadAt;
+use crate::vorbis_comment::served_vendor;
 use crate::{flac, mp4_synth, ogg, wav, Format};
 
 /// Choices of the mount that change the served bytes.
@@ -48,6 +49,7 @@ fn synthesize_format(input: &SynthesisInput<'_>) -> Result<Layout, String> {
     match t.format {
         Format::Flac => flac::synthesize(
             input.flac_blocks,
+            served_vendor(t.vendor.as_deref()),
             input.tags,
             input.art,
             t.audio_offset,
@@ -69,6 +71,7 @@ fn synthesize_format(input: &SynthesisInput<'_>) -> Result<Layout, String> {
         Format::Vorbis | Format::Opus => ogg::synthesize(
             t.format,
             input.parts,
+            served_vendor(t.vendor.as_deref()),
             input.tags,
             input.art,
             t.audio_offset,
@@ -128,7 +131,13 @@ pub fn synthesized_len(
         return track.stamps.size;
     }
     match track.format {
-        Format::Flac => flac::synthesized_len(flac_block_lens, tags, art, track.audio_length),
+        Format::Flac => flac::synthesized_len(
+            flac_block_lens,
+            served_vendor(track.vendor.as_deref()),
+            tags,
+            art,
+            track.audio_length,
+        ),
         Format::Mp4 => mp4_synth::synthesized_len(parts, tags, art).unwrap_or(track.stamps.size),
         _ => synthesize(&SynthesisInput {
             track,

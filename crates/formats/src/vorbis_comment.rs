@@ -12,6 +12,8 @@ use crate::text::lossy;
 
 /// Tags and pictures found in a comment list.
 pub struct Comments {
+    /// The vendor string: the encoder that wrote the file.
+    pub vendor: String,
     pub tags: Vec<(String, String)>,
     pub pictures: Vec<ScannedPicture>,
 }
@@ -38,7 +40,7 @@ pub fn parse(b: &[u8]) -> Result<Comments> {
             )),
         }
     };
-    field(&mut pos, "vendor string")?;
+    let vendor = lossy(field(&mut pos, "vendor string")?).into_owned();
     let count = b
         .get(pos..pos + 4)
         .map(le_u32)
@@ -63,6 +65,7 @@ pub fn parse(b: &[u8]) -> Result<Comments> {
         }
     }
     Ok(Comments {
+        vendor,
         tags: tags.finish(),
         pictures,
     })
@@ -83,22 +86,37 @@ pub fn field_name(key: &str) -> String {
     }
 }
 
-/// Vendor string written into synthesized comment blocks.
+/// Vendor string written into synthesized comment blocks of tracks whose
+/// own is not known (a file without comments, a store scanned before
+/// version 9).
 pub const VENDOR: &str = concat!("retagfs ", env!("CARGO_PKG_VERSION"));
 
+/// Longest original vendor string served: encoders write a few dozen
+/// bytes; a longer one (a hostile store row) gives way to [`VENDOR`].
+const MAX_VENDOR_LEN: usize = 1024;
+
+/// The vendor string served for a track's stored one: the original
+/// encoder's name (mediainfo shows it as the writing library), or ours.
+pub fn served_vendor(stored: Option<&str>) -> &str {
+    match stored {
+        Some(v) if !v.is_empty() && v.len() <= MAX_VENDOR_LEN => v,
+        _ => VENDOR,
+    }
+}
+
 /// Length of [`encode`]'s output for these tags, without building it.
-pub fn encoded_len(tags: &[(String, String)]) -> u64 {
+pub fn encoded_len(vendor: &str, tags: &[(String, String)]) -> u64 {
     let entries: u64 = tags
         .iter()
         .map(|(k, v)| 4 + field_name(k).len() as u64 + 1 + v.len() as u64)
         .sum();
-    4 + VENDOR.len() as u64 + 4 + entries
+    4 + vendor.len() as u64 + 4 + entries
 }
 
 /// Encodes a comment list (no framing bit).
-pub fn encode(tags: &[(String, String)], out: &mut Vec<u8>) {
-    out.extend_from_slice(&(VENDOR.len() as u32).to_le_bytes());
-    out.extend_from_slice(VENDOR.as_bytes());
+pub fn encode(vendor: &str, tags: &[(String, String)], out: &mut Vec<u8>) {
+    out.extend_from_slice(&(vendor.len() as u32).to_le_bytes());
+    out.extend_from_slice(vendor.as_bytes());
     out.extend_from_slice(&(tags.len() as u32).to_le_bytes());
     for (k, v) in tags {
         let name = field_name(k);
@@ -122,9 +140,11 @@ mod tests {
             ("my key".to_string(), "v=w".to_string()),
         ];
         let mut out = Vec::new();
-        encode(&tags, &mut out);
-        assert_eq!(out.len() as u64, encoded_len(&tags));
-        assert_eq!(parse(&out).unwrap().tags, tags);
+        encode("libFLAC 1.4.2", &tags, &mut out);
+        assert_eq!(out.len() as u64, encoded_len("libFLAC 1.4.2", &tags));
+        let parsed = parse(&out).unwrap();
+        assert_eq!(parsed.tags, tags);
+        assert_eq!(parsed.vendor, "libFLAC 1.4.2");
     }
 
     /// A comment list of raw entries.
@@ -164,9 +184,17 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_empty_or_overlong_vendor_is_served_as_ours() {
+        assert_eq!(served_vendor(Some("Lavf60.3.100")), "Lavf60.3.100");
+        assert_eq!(served_vendor(None), VENDOR);
+        assert_eq!(served_vendor(Some("")), VENDOR);
+        assert_eq!(served_vendor(Some(&"x".repeat(5000))), VENDOR);
+    }
+
+    #[test]
     fn lying_lengths_are_errors_not_panics() {
         let mut out = Vec::new();
-        encode(&[("a".into(), "b".into())], &mut out);
+        encode(VENDOR, &[("a".into(), "b".into())], &mut out);
         let n = out.len();
         out[n - 7] = 0xff;
         assert!(parse(&out).is_err());

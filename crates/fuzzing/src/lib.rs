@@ -136,6 +136,7 @@ fn random_rows(u: &mut Unstructured<'_>) -> ArbResult<Rows> {
         content_version: 1,
         passthrough: None,
         changed_at: 0,
+        vendor: None,
     };
     let tags: Vec<(String, String)> = u.arbitrary()?;
     let images: Vec<Vec<u8>> = u.arbitrary()?;

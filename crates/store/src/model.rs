@@ -93,6 +93,9 @@ pub struct TrackRow {
     /// since the epoch (0: not since it was scanned; docs/store.md,
     /// "Change times").
     pub changed_at: i64,
+    /// The vendor string of a FLAC, Vorbis or Opus file's comments, as
+    /// scanned ("" for none; None if not scanned since version 9).
+    pub vendor: Option<String>,
 }
 
 impl TrackRow {
@@ -216,6 +219,8 @@ pub struct ScannedTrack {
     pub parts: Vec<BackingPart>,
     /// Why the file will be served byte-identical, if it will.
     pub passthrough: Option<String>,
+    /// The vendor string of a FLAC, Vorbis or Opus file's comments.
+    pub vendor: Option<String>,
 }
 
 /// What a [`BackingPart`] is; its meaning depends on the format.

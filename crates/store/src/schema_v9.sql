@@ -1,5 +1,12 @@
--- Schema version 9: when what a served file holds last changed
--- (docs/store.md, "Change times").
+-- Schema version 9: what media software reads of a served file: when it
+-- last changed (docs/store.md, "Change times") and the encoder that wrote
+-- it.
+
+-- The vendor string of a FLAC, Vorbis or Opus file's comments, served in
+-- place of retagfs's own (mediainfo shows it as the writing library); ""
+-- for a file without comments. NULL until the file is probed again: the
+-- next scan probes such tracks of these formats. Owned by the scanner.
+ALTER TABLE tracks ADD COLUMN vendor TEXT;
 
 -- Indexers (MPD, beets, minidlna, Jellyfin, Plex) read a file again only
 -- when its mtime changed, and compare whole seconds. A served file's mtime

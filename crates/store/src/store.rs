@@ -673,10 +673,13 @@ impl Store {
     /// Stat stamps of every track by backing path, for re-scan skipping.
     pub fn known_stamps(&self) -> Result<KnownStamps> {
         let mut stmt = self.conn.prepare(&format!(
-            // A track the migration to version 2 left without structure
-            // reports impossible stamps, so the next scan re-probes it.
+            // A track the migration to version 2 left without structure,
+            // or to version 9 without its vendor string, reports impossible
+            // stamps, so the next scan probes it again.
             "SELECT backing_path, id, file_size, \
-                 CASE WHEN passthrough = '{REPROBE}' THEN -1 ELSE mtime_ns END, ctime_ns FROM tracks"
+                 CASE WHEN passthrough = '{REPROBE}' \
+                      OR (vendor IS NULL AND format IN ('flac', 'vorbis', 'opus')) \
+                 THEN -1 ELSE mtime_ns END, ctime_ns FROM tracks"
         ))?;
         let count = usize::try_from(self.track_count()?).unwrap_or(0);
         // Paths of a music library run about 100 bytes; the buffer grows
@@ -1239,9 +1242,9 @@ impl<'s, T> ByTrack<'s, T> {
 }
 
 const TRACK_COLUMNS: &str = "id, backing_path, format, audio_offset, audio_length, \
-                             file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at";
+                             file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at, vendor";
 const TRACK_COLUMNS_BEFORE_V9: &str = "id, backing_path, format, audio_offset, audio_length, \
-                             file_size, mtime_ns, ctime_ns, content_version, passthrough, 0";
+                             file_size, mtime_ns, ctime_ns, content_version, passthrough, 0, NULL";
 
 fn track_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackRow> {
     let id = r.get(0)?;
@@ -1266,6 +1269,10 @@ fn track_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackRow> {
             _ => Some(text(r, 9, id)?),
         },
         changed_at: r.get(10)?,
+        vendor: match r.get_ref(11)? {
+            ValueRef::Null => None,
+            _ => Some(text(r, 11, id)?),
+        },
     })
 }
 
@@ -1478,8 +1485,8 @@ fn insert_track(
     let columns = [Value::from(id), Value::from(t.backing_path.clone())];
     tx.prepare_cached(
         "INSERT INTO tracks (id, backing_path, format, audio_offset, audio_length, \
-         file_size, mtime_ns, ctime_ns, fingerprint, scanned_at, passthrough, scanned_tags) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+         file_size, mtime_ns, ctime_ns, fingerprint, scanned_at, passthrough, scanned_tags, vendor) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
     )?
     .execute(params_from_iter(
         columns.into_iter().chain(probed_columns(t, scanned_tags)),
@@ -1489,7 +1496,7 @@ fn insert_track(
 
 /// What a probe sets in a track's row: `format` to `scanned_tags`, in the
 /// order the statements above and below name them.
-fn probed_columns(t: &ScannedTrack, scanned_tags: &[u8; 32]) -> [Value; 10] {
+fn probed_columns(t: &ScannedTrack, scanned_tags: &[u8; 32]) -> [Value; 11] {
     [
         Value::from(t.format.as_str().to_string()),
         Value::from(t.audio_offset as i64),
@@ -1501,6 +1508,8 @@ fn probed_columns(t: &ScannedTrack, scanned_tags: &[u8; 32]) -> [Value; 10] {
         Value::from(now_secs()),
         Value::from(t.passthrough.clone()),
         Value::from(scanned_tags.to_vec()),
+        // "" for a file without comments: NULL is a row to probe again.
+        Value::from(t.vendor.clone().unwrap_or_default()),
     ]
 }
 
@@ -1553,7 +1562,7 @@ fn update_scanned(tx: &Transaction<'_>, id: i64, t: &ScannedTrack, scanned_tags:
     tx.prepare_cached(
         "UPDATE tracks SET format = ?2, audio_offset = ?3, audio_length = ?4, \
          file_size = ?5, mtime_ns = ?6, ctime_ns = ?7, fingerprint = ?8, legacy_fingerprint = NULL, \
-         scanned_at = ?9, passthrough = ?10, scanned_tags = ?11 WHERE id = ?1",
+         scanned_at = ?9, passthrough = ?10, scanned_tags = ?11, vendor = ?12 WHERE id = ?1",
     )?
     .execute(params_from_iter(
         std::iter::once(Value::from(id)).chain(probed_columns(t, scanned_tags)),

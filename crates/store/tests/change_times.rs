@@ -29,6 +29,31 @@ fn new_track(db: &mut Store, path: &str) -> i64 {
     id
 }
 
+#[test]
+fn a_scanned_vendor_string_is_kept_and_none_is_told_from_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut db = Store::open(&dir.path().join("s.db")).unwrap();
+    let mut with = track("/m/a.flac");
+    with.vendor = Some("reference libFLAC 1.4.2 20221022".into());
+    let tx = db.write().unwrap();
+    let a = store::write_scanned(&tx, &with, None).unwrap();
+    let b = store::write_scanned(&tx, &track("/m/b.flac"), None).unwrap();
+    tx.commit().unwrap();
+    let vendor = |id| db.track(id).unwrap().unwrap().vendor;
+    assert_eq!(vendor(a).as_deref(), Some("reference libFLAC 1.4.2 20221022"));
+    assert_eq!(
+        vendor(b).as_deref(),
+        Some(""),
+        "a file without comments: known, none"
+    );
+    let known = db.known_stamps().unwrap();
+    assert_eq!(
+        known.stamps(known.find("/m/b.flac").unwrap()).mtime_ns,
+        1,
+        "not probed again"
+    );
+}
+
 /// `retagfs tag set` as the command makes it: several keys, one transaction.
 fn tag_set(db: &mut Store, id: i64, pairs: &[(&str, &str)]) {
     let tx = db.write().unwrap();

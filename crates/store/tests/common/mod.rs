@@ -24,6 +24,7 @@ pub fn track(path: &str) -> ScannedTrack {
         flac_blocks: vec![(0, vec![0; 34])],
         parts: vec![],
         passthrough: None,
+        vendor: None,
     }
 }
 
