@@ -81,7 +81,10 @@ fn report(s: &ScanSummary, json: bool) {
         eprintln!("failed: {}: {reason}", retagfs_store::text_for_display(path));
     }
     if s.failures.len() > LISTED_FAILURES {
-        eprintln!("... and {} more failures", s.failures.len() - LISTED_FAILURES);
+        eprintln!(
+            "... and {} more failures: run the scan again with --json to list every one",
+            s.failures.len() - LISTED_FAILURES
+        );
     }
     if s.unreadable > 0 {
         eprintln!(

@@ -17,6 +17,7 @@ pub mod keys;
 mod layout;
 mod mp3;
 mod mp4;
+mod mp4_samples;
 mod mp4_synth;
 mod ogg;
 mod ogg_pages;

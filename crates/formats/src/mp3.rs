@@ -56,6 +56,77 @@ pub fn frame_header(h: &[u8]) -> Option<usize> {
     Some(len as usize)
 }
 
+/// Consecutive frames that show a sync is MPEG audio, not chance bytes
+/// (a picture's, a damaged tag's) that look like a frame header.
+const RUN: usize = 3;
+
+/// The longest MPEG audio frame (MPEG-2.5 layer II, 160 kbit/s at 8 kHz).
+const MAX_FRAME_LEN: u64 = 2881;
+
+/// Whether the audio range holds frames a decoder plays: a run of [`RUN`]
+/// frames of one stream within [`SYNC_SEARCH`] bytes of its start, or
+/// fewer that end where the audio ends (a file of one or two frames, or
+/// one cut off within its next frame), at least one of them audio (an
+/// Xing/Info/VBRI frame is not). Reads at most the search window and a
+/// run's length past it.
+fn has_decodable_frames(src: &Source<'_>, start: u64, end: u64) -> Result<bool> {
+    let audio_len = end - start;
+    let window = src.read_upto(
+        start,
+        (SYNC_SEARCH + RUN as u64 * MAX_FRAME_LEN + 4).min(audio_len),
+    )?;
+    let searched = window.len().min(SYNC_SEARCH as usize);
+    Ok((0..searched).any(|i| frame_header(&window[i..]).is_some() && run_from(&window, i, audio_len)))
+}
+
+/// Whether the frames from `first` on form a decodable run ([`has_decodable_frames`]).
+/// `w` holds the audio from its start, `audio_len` bytes in all.
+fn run_from(w: &[u8], first: usize, audio_len: u64) -> bool {
+    let (mut pos, mut frames, mut audio_frames) = (first, 0, 0);
+    loop {
+        if pos as u64 + 4 > audio_len {
+            // The audio ends here, or within the next frame's header.
+            return audio_frames > 0;
+        }
+        let Some(h) = w.get(pos..pos + 4) else {
+            return false;
+        };
+        let Some(len) = frame_header(h).filter(|_| same_stream(&w[first..], h)) else {
+            return false;
+        };
+        if len == 0 {
+            // Free format: the frame length is where the next header is.
+            return w[pos + 4..].windows(3).any(|next| next == &h[..3]);
+        }
+        if (pos + len) as u64 > audio_len {
+            // Cut off within this frame: the frames before it play.
+            return audio_frames > 0;
+        }
+        if !w.get(pos..pos + len).is_some_and(is_info_frame) {
+            audio_frames += 1;
+        }
+        frames += 1;
+        pos += len;
+        if frames >= RUN && audio_frames > 0 {
+            return true;
+        }
+    }
+}
+
+/// Whether two frame headers are of one stream: MPEG version, layer and
+/// sample rate agree.
+fn same_stream(a: &[u8], b: &[u8]) -> bool {
+    a[1] & 0xfe == b[1] & 0xfe && a[2] & 0x0c == b[2] & 0x0c
+}
+
+/// Whether a frame is an encoder's Xing, Info or VBRI header, which holds
+/// no audio (its tag sits after the side information, within 40 bytes).
+fn is_info_frame(frame: &[u8]) -> bool {
+    frame[4..frame.len().min(44)]
+        .windows(4)
+        .any(|w| w == b"Xing" || w == b"Info" || w == b"VBRI")
+}
+
 pub fn probe(src: &Source<'_>) -> Result<Probe> {
     let mut v2 = TagList::new();
     let mut probe = Probe::new(Format::Mp3);
@@ -102,10 +173,10 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
         return malformed("trailing tags overlap the leading ID3v2 tag");
     }
 
-    let window = src.read_upto(start, SYNC_SEARCH.min(end - start))?;
-    if !(0..window.len().saturating_sub(3)).any(|i| frame_header(&window[i..]).is_some()) {
+    if !has_decodable_frames(src, start, end)? {
         return malformed(format!(
-            "no MPEG audio frame within {SYNC_SEARCH} bytes after the tags (offset {start})"
+            "no MPEG audio frames within {SYNC_SEARCH} bytes after the tags (offset {start}): \
+             nothing a player can decode"
         ));
     }
     // Bytes between the tags and the first frame (padding left by taggers)
@@ -145,6 +216,54 @@ mod tests {
             "{:?}",
             p.tags
         );
+    }
+
+    /// A 417-byte MPEG-1 layer III frame; an Info frame with `info`.
+    fn frame(info: bool) -> Vec<u8> {
+        let mut f = vec![0u8; 417];
+        f[..4].copy_from_slice(&[0xff, 0xfb, 0x90, 0x00]);
+        if info {
+            f[36..40].copy_from_slice(b"Info");
+        }
+        f
+    }
+
+    fn probed(file: &[u8]) -> Result<Probe> {
+        let file = file.to_vec();
+        probe(&Source::new(&file as &dyn crate::ReadAt, file.len() as u64))
+    }
+
+    #[test]
+    fn one_or_two_frames_play_and_so_does_a_file_cut_off_after_them() {
+        let one = [frame(true), frame(false)].concat();
+        assert!(probed(&one).is_ok());
+        let two = [frame(false), frame(false)].concat();
+        assert!(probed(&two).is_ok());
+        let cut = [frame(true), frame(false), frame(false)[..100].to_vec()].concat();
+        assert!(probed(&cut).is_ok());
+    }
+
+    #[test]
+    fn bytes_with_no_run_of_frames_are_refused() {
+        let info_only = frame(true);
+        assert!(probed(&info_only).is_err(), "an Info frame holds no audio");
+        let cut_first = frame(false)[..300].to_vec();
+        assert!(probed(&cut_first).is_err(), "no complete frame");
+        // A chance sync among other bytes (a picture, a damaged tag).
+        let mut junk = vec![0x55u8; 20_000];
+        junk[5000..5004].copy_from_slice(&[0xff, 0xfb, 0x90, 0x00]);
+        junk[9000..9004].copy_from_slice(&[0xff, 0xfb, 0x90, 0x00]);
+        let err = probed(&junk).unwrap_err().to_string();
+        assert!(err.contains("no MPEG audio frames"), "{err}");
+    }
+
+    #[test]
+    fn junk_before_a_run_of_frames_is_played_through() {
+        let mut junk = vec![0x55u8; 3000];
+        junk[100..104].copy_from_slice(&[0xff, 0xfb, 0x90, 0x00]);
+        let file = [junk, frame(false).repeat(4)].concat();
+        let p = probed(&file).unwrap();
+        assert_eq!((p.audio_offset, p.audio_length), (0, file.len() as u64));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::picture::picture;
 use crate::probe::Probe;
 use crate::source::{be_u32, Source};
 use crate::text::lossy;
-use crate::Format;
+use crate::{mp4_samples, Format};
 
 /// One atom: its type, where it starts, its header and total length.
 #[derive(Debug, Clone, Copy)]
@@ -99,10 +99,12 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
     let (body_at, body_len) = moov.body();
     let moov_bytes = src.read(body_at, body_len, "moov atom")?;
     let moov_children = children(&moov_bytes, body_at)?;
-    let audio_tracks = audio_track_count(&moov_bytes, body_at, &moov_children)?;
+    let audio = audio_mdias(&moov_bytes, body_at, &moov_children)?;
+    let audio_tracks = audio.len();
     if audio_tracks == 0 {
         return Err(ProbeError::Unsupported("MP4 file without an audio track".into()));
     }
+    mp4_samples::check_playable(src, &audio, &top)?;
 
     let mut probe = Probe::new(Format::Mp4);
     let slot = ilst_slot(&moov_bytes, &moov, &moov_children)?;
@@ -191,8 +193,9 @@ pub(crate) fn meta_children_region<'a>(b: &'a [u8], base: u64, meta: &Atom) -> (
     }
 }
 
-fn audio_track_count(b: &[u8], base: u64, moov: &[Atom]) -> Result<usize> {
-    let mut n = 0;
+/// The `mdia` of each audio track, as (body bytes, file offset).
+fn audio_mdias<'a>(b: &'a [u8], base: u64, moov: &[Atom]) -> Result<Vec<(&'a [u8], u64)>> {
+    let mut out = Vec::new();
     for trak in moov.iter().filter(|a| &a.kind == b"trak") {
         let trak_b = slice(b, base, trak);
         let trak_base = trak.offset + trak.header;
@@ -204,11 +207,11 @@ fn audio_track_count(b: &[u8], base: u64, moov: &[Atom]) -> Result<usize> {
         if let Some(hdlr) = find(&children(mdia_b, mdia_base)?, b"hdlr") {
             let h = slice(mdia_b, mdia_base, hdlr);
             if h.len() >= 12 && &h[8..12] == b"soun" {
-                n += 1;
+                out.push((mdia_b, mdia_base));
             }
         }
     }
-    Ok(n)
+    Ok(out)
 }
 
 /// moov/udta/meta/ilst as (bytes, file offset of those bytes).
