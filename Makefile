@@ -3,23 +3,29 @@
 
 SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := gcc fuse3 pkg-config ffmpeg flac lame vorbis-tools opus-tools sox python3-pip
 CARGO := $(shell command -v cargo || echo $$HOME/.cargo/bin/cargo)
 BIN := target/release/retagfs
 
-.PHONY: all deps build install test lint unit e2e demo fixtures clean bench fuzz soak
+.PHONY: all deps test-deps build install test lint unit e2e demo fixtures clean bench fuzz soak
 
 all: build
 
-deps:
+# Installs the Debian packages of the commands in $(1) (command:package)
+# that are missing.
+define apt_install_missing
 	@missing=""; \
-	for c in cc:gcc fusermount3:fuse3 pkg-config:pkg-config ffmpeg:ffmpeg flac:flac lame:lame oggenc:vorbis-tools opusenc:opus-tools sox:sox pip3:python3-pip; do \
+	for c in $(1); do \
 	  command -v $${c%%:*} >/dev/null || missing="$$missing $${c##*:}"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
+endef
+
+deps:
+	$(call apt_install_missing,cc:gcc fusermount3:fuse3 pkg-config:pkg-config ffmpeg:ffmpeg flac:flac \
+	  lame:lame oggenc:vorbis-tools opusenc:opus-tools sox:sox pip3:python3-pip)
 	@python3 -c 'import mutagen, pytest' 2>/dev/null || \
 	  python3 -m pip install -q mutagen pytest 2>/dev/null || \
 	  python3 -m pip install -q --break-system-packages mutagen pytest
@@ -48,7 +54,12 @@ unit:
 e2e: build
 	bash tests/e2e/run.sh
 
-test: deps lint unit e2e
+# The media software the end-to-end tests run against a mounted view.
+test-deps: deps
+	$(call apt_install_missing,mpd:mpd mpc:mpc minidlnad:minidlna exiftool:libimage-exiftool-perl \
+	  ip:iproute2 unshare:util-linux)
+
+test: test-deps lint unit e2e
 
 demo: build
 	bash scripts/demo.sh

@@ -13,6 +13,12 @@ FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 BIN = os.environ.get("RETAGFS_BIN", os.path.join(ROOT, "target", "release", "retagfs"))
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "once: does not depend on how requests reach the daemon; "
+        "tests/e2e/run.sh runs it in its first pass only")
+
+
 def fuse_unavailable():
     if not os.path.exists("/dev/fuse"):
         return "/dev/fuse does not exist on this machine"
