@@ -61,6 +61,11 @@ def tagged(tmp_path):
     for name in ["f.flac", "m.mp3", "v.ogg", "o.opus"]:
         tag(db, tracks[str(lib / name)]["id"], "title=Other " + name, "artist=Other Artist",
             "album=Other Album", "genre=Rock", "tracknumber=1")
+    # A cover: the last ID3 frame, and longer than 127 bytes (exiftool
+    # checks what follows such a frame).
+    cover = tmp_path / "cover.png"
+    sh("ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc=s=64x64", "-frames:v", "1", str(cover))
+    run("art", "--db", str(db), "set", "-r", str(lib), str(cover))
     return lib, db
 
 
