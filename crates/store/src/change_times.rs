@@ -1,7 +1,7 @@
 //! The change times of the tracks one write transaction edits.
 //!
 //! The store's triggers move a track's `changed_at` at every row they see
-//! change (schema_v9.sql): one second past the served file's previous time
+//! change (migrations/009_change_times_and_vendor.sql): one second past the served file's previous time
 //! at least, so that each version an indexer can see is a second after the
 //! last. A transaction that changes many rows of one track (a `tag set` of
 //! three keys, a re-scan of a retagged file) would push the time a second

@@ -23,19 +23,19 @@ pub const SCHEMA_VERSION: i64 = 9;
 
 /// Migrations, index i upgrades a store from version i to i + 1.
 const MIGRATIONS: &[&str] = &[
-    include_str!("schema.sql"),
-    include_str!("schema_v2.sql"),
-    include_str!("schema_v3.sql"),
-    include_str!("schema_v4.sql"),
-    include_str!("schema_v5.sql"),
-    include_str!("schema_v6.sql"),
-    include_str!("schema_v7.sql"),
-    include_str!("schema_v8.sql"),
-    include_str!("schema_v9.sql"),
+    include_str!("migrations/001_first_schema.sql"),
+    include_str!("migrations/002_synthesis_structure.sql"),
+    include_str!("migrations/003_scanned_folders.sql"),
+    include_str!("migrations/004_scanned_tags_hash.sql"),
+    include_str!("migrations/005_blake3_fingerprints.sql"),
+    include_str!("migrations/006_new_tracks_log_once.sql"),
+    include_str!("migrations/007_art_meta_index.sql"),
+    include_str!("migrations/008_rowid_tags_and_flac_blocks.sql"),
+    include_str!("migrations/009_change_times_and_vendor.sql"),
 ];
 
 /// `passthrough` of tracks that schema version 2 found without the
-/// structure it needs (written by `schema_v2.sql`).
+/// structure it needs (written by `migrations/002_synthesis_structure.sql`).
 const REPROBE: &str = "scanned before retagfs synthesized this format: run `retagfs scan` again";
 
 /// How long a writer waits for another writer before giving up.
@@ -1295,7 +1295,7 @@ const ART_LINK_COLUMNS: &str = "l.track_id, a.rowid, a.sha256, a.mime, a.width, 
 
 /// Every track's picture links, for [`Store::for_each_track`]: with
 /// `indexed`, read from the `art_meta` index alone, never the art rows,
-/// which lie one to a page between the pictures' bytes (schema_v7.sql).
+/// which lie one to a page between the pictures' bytes (migrations/007_art_meta_index.sql).
 /// Unasked, SQLite would look the rows up through the table's unique index
 /// on `sha256`.
 fn every_art_link_query(indexed: bool) -> String {

@@ -226,7 +226,8 @@ fn version_1_store_is_migrated_and_its_unstructured_tracks_pass_through() {
     let path = dir.path().join("s.db");
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        conn.execute_batch(include_str!("../src/schema.sql")).unwrap();
+        conn.execute_batch(include_str!("../src/migrations/001_first_schema.sql"))
+            .unwrap();
         conn.execute_batch(
             "PRAGMA user_version = 1;
              INSERT INTO tracks (backing_path, format, audio_offset, audio_length, file_size,

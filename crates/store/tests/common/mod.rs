@@ -33,14 +33,14 @@ pub fn track(path: &str) -> ScannedTrack {
 #[allow(dead_code)] // not every test binary makes old stores
 pub fn store_of_version(path: &std::path::Path, version: usize) -> rusqlite::Connection {
     const SCRIPTS: [&str; 8] = [
-        include_str!("../../src/schema.sql"),
-        include_str!("../../src/schema_v2.sql"),
-        include_str!("../../src/schema_v3.sql"),
-        include_str!("../../src/schema_v4.sql"),
-        include_str!("../../src/schema_v5.sql"),
-        include_str!("../../src/schema_v6.sql"),
-        include_str!("../../src/schema_v7.sql"),
-        include_str!("../../src/schema_v8.sql"),
+        include_str!("../../src/migrations/001_first_schema.sql"),
+        include_str!("../../src/migrations/002_synthesis_structure.sql"),
+        include_str!("../../src/migrations/003_scanned_folders.sql"),
+        include_str!("../../src/migrations/004_scanned_tags_hash.sql"),
+        include_str!("../../src/migrations/005_blake3_fingerprints.sql"),
+        include_str!("../../src/migrations/006_new_tracks_log_once.sql"),
+        include_str!("../../src/migrations/007_art_meta_index.sql"),
+        include_str!("../../src/migrations/008_rowid_tags_and_flac_blocks.sql"),
     ];
     let conn = rusqlite::Connection::open(path).unwrap();
     for script in &SCRIPTS[..version] {
