@@ -21,7 +21,11 @@ use crate::scanned_dirs::{DirStamp, ScannedDir, ScannedDirs};
 /// Schema version this binary writes, kept in `PRAGMA user_version`.
 pub const SCHEMA_VERSION: i64 = 9;
 
-/// Migrations, index i upgrades a store from version i to i + 1.
+/// The current schema: what a new store is made from.
+const SCHEMA: &str = include_str!("schema.sql");
+
+/// Migrations, index i upgrades a store from version i to i + 1 (the first
+/// made version 1 from nothing; a new store is made from [`SCHEMA`]).
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/001_first_schema.sql"),
     include_str!("migrations/002_synthesis_structure.sql"),
@@ -476,8 +480,13 @@ impl Store {
             if version >= SCHEMA_VERSION {
                 break;
             }
-            tx.execute_batch(MIGRATIONS[version as usize])?;
-            version += 1;
+            if version == 0 {
+                tx.execute_batch(SCHEMA)?;
+                version = SCHEMA_VERSION;
+            } else {
+                tx.execute_batch(MIGRATIONS[version as usize])?;
+                version += 1;
+            }
             tx.pragma_update(None, "user_version", version)?;
             tx.commit()?;
         }
