@@ -1,4 +1,5 @@
-//! What the store's test binaries share.
+//! What the store's test binaries share (each uses a part of it).
+#![allow(dead_code)]
 
 use retagfs_store::{Format, ScannedTrack, Stamps};
 
@@ -30,7 +31,6 @@ pub fn track(path: &str) -> ScannedTrack {
 
 /// A new store at `path` made by the schema scripts up to `version`, as
 /// that version of retagfs made it.
-#[allow(dead_code)] // not every test binary makes old stores
 pub fn store_of_version(path: &std::path::Path, version: usize) -> rusqlite::Connection {
     const SCRIPTS: [&str; 8] = [
         include_str!("../../src/migrations/001_first_schema.sql"),
