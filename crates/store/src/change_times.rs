@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
-use crate::read::Result;
+use crate::error::Result;
 
 /// A track's times as a transaction found them before its first change.
 #[derive(Clone, Copy)]
