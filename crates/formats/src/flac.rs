@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use retagfs_store::{ArtLink, ScannedPicture};
 
 use crate::error::{malformed, ProbeError, Result};
-use crate::id3v2;
+use crate::id3v2_read;
 use crate::layout::Layout;
 use crate::picture::{flac_picture_header, flac_picture_len, parse_flac_picture, PictureFields};
 use crate::probe::Probe;
@@ -26,7 +26,7 @@ pub const MAX_BLOCK_LEN: u64 = (1 << 24) - 1;
 
 /// A file is FLAC if `fLaC` starts it, possibly after ID3v2 tags.
 pub fn probe(src: &Source<'_>) -> Result<Probe> {
-    let start = id3v2::skip_tags(src)?;
+    let start = id3v2_read::skip_tags(src)?;
     if src.read(start, 4, "FLAC marker")? != b"fLaC" {
         return malformed("no fLaC marker");
     }

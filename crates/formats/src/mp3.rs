@@ -5,7 +5,7 @@ use crate::error::{malformed, Result};
 use crate::keys::{merge_missing, TagList};
 use crate::probe::Probe;
 use crate::source::Source;
-use crate::{ape, id3v1, id3v2, Format};
+use crate::{ape, id3v1, id3v2_read, Format};
 
 /// How far past the tags the first frame may start (encoders and taggers
 /// sometimes leave padding there).
@@ -130,7 +130,7 @@ fn is_info_frame(frame: &[u8]) -> bool {
 pub fn probe(src: &Source<'_>) -> Result<Probe> {
     let mut v2 = TagList::new();
     let mut probe = Probe::new(Format::Mp3);
-    let start = id3v2::read_leading(src, &mut v2, &mut probe.pictures)?;
+    let start = id3v2_read::read_leading(src, &mut v2, &mut probe.pictures)?;
 
     // Trailing containers, innermost last: [audio][APE][Lyrics3][TAG+][ID3v1].
     let mut end = src.size();

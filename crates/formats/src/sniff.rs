@@ -2,7 +2,7 @@
 
 use crate::error::{ProbeError, Result};
 use crate::source::Source;
-use crate::{id3v2, mp3, ogg, Format};
+use crate::{id3v2_read, mp3, ogg, Format};
 
 /// The format of a file, or `None` if it is not one retagfs serves.
 pub fn sniff(src: &Source<'_>) -> Result<Option<Format>> {
@@ -12,7 +12,7 @@ pub fn sniff(src: &Source<'_>) -> Result<Option<Format>> {
     }
     if head.starts_with(b"ID3") {
         // A tag in front says nothing; what follows it decides.
-        let after = id3v2::skip_tags(src)?;
+        let after = id3v2_read::skip_tags(src)?;
         let next = src.read_upto(after, 4)?;
         if next == b"fLaC" {
             return Ok(Some(Format::Flac));

@@ -2,7 +2,7 @@
 
 use retagfs_store::{ArtLink, BackingPart, TrackRow};
 
-use crate::id3_tag::{self, Id3Version};
+use crate::id3v2_write::{self, Id3Version};
 use crate::layout::Layout;
 use crate::source::ReadAt;
 use crate::vorbis_comment::served_vendor;
@@ -57,7 +57,7 @@ fn synthesize_format(input: &SynthesisInput<'_>) -> Result<Layout, String> {
         ),
         Format::Mp3 => {
             let mut layout = Layout::default();
-            id3_tag::push_tag(&mut layout, input.tags, input.art, input.options.id3_version);
+            id3v2_write::push_tag(&mut layout, input.tags, input.art, input.options.id3_version);
             layout.push_backing(t.audio_offset, t.audio_length);
             Ok(layout)
         }

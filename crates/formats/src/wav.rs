@@ -15,8 +15,8 @@
 use retagfs_store::{ArtLink, BackingPart, PartKind};
 
 use crate::error::{malformed, ProbeError, Result};
-use crate::id3_tag::{self, Id3Version};
-use crate::id3v2;
+use crate::id3v2_read;
+use crate::id3v2_write::{self, Id3Version};
 use crate::keys::{self, merge_missing, TagList};
 use crate::layout::Layout;
 use crate::probe::Probe;
@@ -63,7 +63,7 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
             }
             b"id3 " | b"ID3 " => {
                 let body = src.read(body_at, len, "id3 chunk")?;
-                id3v2::read_tag_bytes(&body, &mut id3_tags, &mut probe.pictures);
+                id3v2_read::read_tag_bytes(&body, &mut id3_tags, &mut probe.pictures);
                 kept = false;
             }
             _ => {}
@@ -160,7 +160,7 @@ pub fn synthesize(
 
 fn push_id3_chunk(layout: &mut Layout, tags: &[(String, String)], art: &[ArtLink], version: Id3Version) {
     let mut tag = Layout::default();
-    let len = id3_tag::push_tag(&mut tag, tags, art, version);
+    let len = id3v2_write::push_tag(&mut tag, tags, art, version);
     if len == 0 {
         return;
     }

@@ -293,7 +293,7 @@ fn v23_date_frames(date: &str) -> Vec<Frame> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::id3v2::read_tag_bytes;
+    use crate::id3v2_read::read_tag_bytes;
     use crate::keys::TagList;
 
     fn tags(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
