@@ -141,7 +141,7 @@ fn main() -> ExitCode {
             eprintln!("retagfs: error: {e:#}");
             if let Some(hint) = db
                 .as_deref()
-                .and_then(|db| retagfs_store::storage_hint(e.as_ref(), db))
+                .and_then(|db| retagfs_store::explain_store_error(e.as_ref(), db))
             {
                 eprintln!("retagfs: {hint}");
             }

@@ -3,11 +3,11 @@
 //! FUSE adapter does is a call into this crate, testable without a mount.
 
 mod failure_log;
+pub mod fs_kind;
 pub mod import;
 pub mod library;
 pub mod read_ahead;
 pub mod scan;
-pub mod storage;
 pub mod template;
 pub mod tree;
 mod walk;

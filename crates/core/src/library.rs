@@ -18,8 +18,8 @@ use retagfs_formats::{
 use retagfs_store::{text_for_display, text_to_path, Store, SynthesisRows, TrackBundle, TrackRow};
 
 use crate::failure_log::failure_to_log;
+use crate::fs_kind::{self, FsKind};
 use crate::read_ahead::{will_need, FirstRead, ReadAhead};
-use crate::storage::{self, Storage};
 use crate::template::{Fallbacks, Fields, Template, DEFAULT_TEMPLATE};
 use crate::tree::{file_ino, FileEntry, Invalidations, NameExtension, Placement, Tree, TreeBuilder};
 
@@ -412,7 +412,7 @@ impl ConnectionPool {
             return Ok(None);
         }
         let store = Store::open_read_only(&self.db).map_err(|e| {
-            let hint = retagfs_store::storage_hint(&e, &self.db)
+            let hint = retagfs_store::explain_store_error(&e, &self.db)
                 .map(|h| format!("; {h}"))
                 .unwrap_or_default();
             tracing::error!("cannot open store {}: {e}{hint}", self.db.display());
@@ -852,7 +852,7 @@ impl Library {
         let read_ahead = match mode {
             ReadAheadMode::Always => true,
             ReadAheadMode::Never => false,
-            ReadAheadMode::Auto => storage::of_file(&backing) == Storage::Network,
+            ReadAheadMode::Auto => fs_kind::of_file(&backing) == FsKind::Network,
         };
         let backing = Arc::new(backing);
         let first_read =

@@ -17,7 +17,7 @@ use retagfs_store::{
     ScannedDir, ScannedDirs, ScannedPicture, ScannedTrack, Stamps, Store,
 };
 
-use crate::storage::{self, Storage};
+use crate::fs_kind::{self, FsKind};
 pub use crate::walk::WalkThreads;
 use crate::walk::{DirCache, Walked};
 use sha2::{Digest, Sha256};
@@ -111,7 +111,7 @@ impl Threads {
     /// [`LOCAL_PROBE_JOBS`] for probes.
     pub fn default_for(roots: &[PathBuf]) -> Threads {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        if roots.iter().any(|r| storage::of_path(r) == Storage::Network) {
+        if roots.iter().any(|r| fs_kind::of_path(r) == FsKind::Network) {
             Threads::same(cores.max(NETWORK_JOBS))
         } else {
             Threads {
@@ -1026,10 +1026,10 @@ fn load_known(db: &Store) -> store::Result<(KnownStamps, PathMap<Stamps>)> {
 }
 
 /// Devices whose folders may be recorded and taken from the record: the
-/// root's, if it is on local storage ([`Storage::Local`]: elsewhere a
+/// root's, if it is on local storage ([`FsKind::Local`]: elsewhere a
 /// folder's times need not change with its entries).
 fn trusted_devices(root: &Path) -> Vec<u64> {
-    if storage::of_path(root) != Storage::Local {
+    if fs_kind::of_path(root) != FsKind::Local {
         return Vec::new();
     }
     crate::walk::identity(root)

@@ -13,7 +13,7 @@ const LOW_ROOM: u64 = 64 << 20;
 /// like a failing disk), or whose folder cannot be written (a reader of a
 /// WAL database must create `-shm` and `-wal` beside it: "unable to open
 /// database file").
-pub fn storage_hint(error: &(dyn std::error::Error + 'static), db: &Path) -> Option<String> {
+pub fn explain_store_error(error: &(dyn std::error::Error + 'static), db: &Path) -> Option<String> {
     let code = std::iter::successors(Some(error), |e| e.source()).find_map(|e| {
         let sql = match e.downcast_ref::<StoreError>() {
             Some(StoreError::Sql(e)) => Some(e),
@@ -49,7 +49,7 @@ pub fn storage_hint(error: &(dyn std::error::Error + 'static), db: &Path) -> Opt
     }
 }
 
-/// What [`storage_hint`] needs to know of the file system of a folder.
+/// What [`explain_store_error`] needs to know of the file system of a folder.
 struct FileSystem {
     /// Bytes an unprivileged writer may still use.
     free: u64,

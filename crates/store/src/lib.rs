@@ -26,7 +26,7 @@ pub use art_rows::{delete_orphan_art, insert_art};
 pub use change_times::EditedTracks;
 pub use edit::{add_tag, link_art, remove_art, set_art, set_tag};
 pub use error::{Result, StoreError};
-pub use explain_error::storage_hint;
+pub use explain_error::explain_store_error;
 pub use model::{
     ArtLink, BackingPart, Fingerprint, Format, NewArt, PartKind, ScannedPicture, ScannedTrack, Stamps,
     SynthesisRows, TrackBundle, TrackRow,

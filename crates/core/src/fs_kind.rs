@@ -1,4 +1,4 @@
-//! What kind of storage a folder or an open file is on, told by its file
+//! What kind of file system a folder or an open file is on, told by its file
 //! system's `statfs` magic number. It decides whether a folder's times can
 //! stand for its entries (local file systems) and whether work waits on
 //! round trips rather than on the CPU (network file systems and FUSE).
@@ -7,7 +7,7 @@ use std::fs::File;
 use std::path::Path;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Storage {
+pub enum FsKind {
     /// Adding, removing or renaming an entry always changes its folder's
     /// ctime, read from the local kernel's own inode: ext2/3/4, XFS, Btrfs,
     /// tmpfs, F2FS, ZFS, bcachefs.
@@ -42,27 +42,27 @@ const NETWORK: &[i64] = &[
 ];
 
 /// The storage `path` is on.
-pub fn of_path(path: &Path) -> Storage {
+pub fn of_path(path: &Path) -> FsKind {
     kind(rustix::fs::statfs(path).ok())
 }
 
 /// The storage an open file is on.
-pub fn of_file(file: &File) -> Storage {
+pub fn of_file(file: &File) -> FsKind {
     kind(rustix::fs::fstatfs(file).ok())
 }
 
-fn kind(fs: Option<rustix::fs::StatFs>) -> Storage {
+fn kind(fs: Option<rustix::fs::StatFs>) -> FsKind {
     // `f_type` is a different integer type on other architectures.
     #[allow(clippy::unnecessary_cast)]
     let Some(magic) = fs.map(|fs| fs.f_type as i64) else {
-        return Storage::Other;
+        return FsKind::Other;
     };
     if LOCAL.contains(&magic) {
-        Storage::Local
+        FsKind::Local
     } else if NETWORK.contains(&magic) {
-        Storage::Network
+        FsKind::Network
     } else {
-        Storage::Other
+        FsKind::Other
     }
 }
 
@@ -72,12 +72,12 @@ mod tests {
 
     #[test]
     fn proc_is_neither_local_nor_network() {
-        assert_eq!(of_path(Path::new("/proc")), Storage::Other);
+        assert_eq!(of_path(Path::new("/proc")), FsKind::Other);
     }
 
     #[test]
     fn a_missing_path_is_other() {
-        assert_eq!(of_path(Path::new("/no/such/folder/anywhere")), Storage::Other);
+        assert_eq!(of_path(Path::new("/no/such/folder/anywhere")), FsKind::Other);
     }
 
     #[test]
