@@ -5,7 +5,8 @@ use std::io::Write;
 use serde::ser::{SerializeSeq, Serializer};
 use serde::Serialize;
 
-use retagfs_core::{load_tree, tree, Mode};
+use retagfs_core::view::tree;
+use retagfs_core::{load_tree, Mode};
 use retagfs_store::TrackBundle;
 use std::collections::BTreeMap;
 

@@ -18,7 +18,7 @@ use std::process::Command;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use retagfs_core::scan::{scan, ScanOptions};
-use retagfs_core::tree::file_ino;
+use retagfs_core::view::tree::file_ino;
 use retagfs_core::{Fallbacks, Library, Mode, Template, TrackFields, ViewConfig, DEFAULT_TEMPLATE};
 use retagfs_formats::{probe, synthesize, Source, SynthesisInput};
 use retagfs_store::{self as store, Format, NewArt, ScannedTrack, Stamps, Store, TrackRow};

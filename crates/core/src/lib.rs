@@ -5,19 +5,15 @@
 mod failure_log;
 pub mod fs_kind;
 pub mod import;
-pub mod library;
-pub mod read_ahead;
 pub mod scan;
-pub mod template;
-pub mod tree;
+pub mod view;
 mod walk;
-pub mod watch;
 
 use std::os::unix::fs::MetadataExt;
 
-pub use library::{load_tree, Library, Mode, OpenFile, ReadAheadMode, Refresh, TrackFields, ViewConfig};
 pub use retagfs_store::Stamps;
-pub use template::{Fallbacks, Template, TemplateError, DEFAULT_TEMPLATE};
+pub use view::template::{Fallbacks, Template, TemplateError, DEFAULT_TEMPLATE};
+pub use view::{load_tree, Library, Mode, OpenFile, ReadAheadMode, Refresh, TrackFields, ViewConfig};
 
 /// The stat stamps that tell whether a file changed.
 pub fn stamps(meta: &std::fs::Metadata) -> Stamps {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use retagfs_core::scan::{scan, ScanOptions};
-use retagfs_core::tree::file_ino;
+use retagfs_core::view::tree::file_ino;
 use retagfs_core::{Fallbacks, Library, Mode, Template, ViewConfig, DEFAULT_TEMPLATE};
 use retagfs_formats::{probe, ReadAt, Source};
 use retagfs_store::{Format, Store};

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use retagfs_core::scan::{scan, ScanOptions};
-use retagfs_core::tree::{file_ino, Entry};
-use retagfs_core::watch::Watcher;
+use retagfs_core::view::tree::{file_ino, Entry};
+use retagfs_core::view::watch::Watcher;
 use retagfs_core::{Fallbacks, Library, Mode, Template, ViewConfig, DEFAULT_TEMPLATE};
 use retagfs_formats::{probe, ReadAt, Source};
 use retagfs_store::{self as store, Format, Store};
@@ -1141,7 +1141,7 @@ fn warming_prepares_the_directory_and_the_next_one() {
     let ino = |path: &str| {
         let tree = lib.tree();
         let (dir, name) = path.split_once('/').unwrap();
-        let dir = tree.child(retagfs_core::tree::ROOT_INO, dir).unwrap();
+        let dir = tree.child(retagfs_core::view::tree::ROOT_INO, dir).unwrap();
         tree.child(dir, name).unwrap()
     };
     let (first, sibling) = (ino("flac/tagged.flac"), ino("flac/untagged.flac"));

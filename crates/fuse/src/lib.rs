@@ -14,8 +14,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use fuser::{Config, INodeNo, MountOption, Session, SessionACL};
-use retagfs_core::tree::Invalidations;
-use retagfs_core::watch::Watcher;
+use retagfs_core::view::tree::Invalidations;
+use retagfs_core::view::watch::Watcher;
 use retagfs_core::Library;
 
 use handshake::Handshake;
@@ -207,7 +207,7 @@ fn forget(notifier: &fuser::Notifier, inv: &Invalidations) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use retagfs_core::tree::ROOT_INO;
+    use retagfs_core::view::tree::ROOT_INO;
 
     #[test]
     fn root_inode_matches_fuse_root() {

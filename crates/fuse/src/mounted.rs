@@ -10,7 +10,7 @@ use std::io;
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use retagfs_core::tree::track_of_file_ino;
+use retagfs_core::view::tree::track_of_file_ino;
 
 /// The source of every retagfs mount starts with this.
 const SOURCE: &str = "retagfs";

@@ -208,7 +208,7 @@ impl<'a> Out<'a> {
             self.u64(v);
         }
         self.u32(BLOCK_SIZE);
-        self.u32(retagfs_core::tree::NAME_MAX as u32);
+        self.u32(retagfs_core::view::tree::NAME_MAX as u32);
         self.u32(BLOCK_SIZE);
         for _ in 0..7 {
             self.u32(0);

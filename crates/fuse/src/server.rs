@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{Errno, FileAttr, FileType, FopenFlags, INodeNo};
-use retagfs_core::tree::{Entry, ListingError, Node, Tree};
+use retagfs_core::view::tree::{Entry, ListingError, Node, Tree};
 use retagfs_core::{Library, OpenFile};
 
 use crate::backing::Backing;

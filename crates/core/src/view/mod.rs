@@ -1,6 +1,11 @@
 //! The mounted library: the tree rendered from the store, and opening a
 //! file (resolving its layout) for reads.
 
+pub mod read_ahead;
+pub mod template;
+pub mod tree;
+pub mod watch;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io;
@@ -19,9 +24,9 @@ use retagfs_store::{text_for_display, text_to_path, Store, SynthesisRows, TrackB
 
 use crate::failure_log::failure_to_log;
 use crate::fs_kind::{self, FsKind};
-use crate::read_ahead::{will_need, FirstRead, ReadAhead};
-use crate::template::{Fallbacks, Fields, Template, DEFAULT_TEMPLATE};
-use crate::tree::{file_ino, FileEntry, Invalidations, NameExtension, Placement, Tree, TreeBuilder};
+use crate::view::read_ahead::{will_need, FirstRead, ReadAhead};
+use crate::view::template::{Fallbacks, Fields, Template, DEFAULT_TEMPLATE};
+use crate::view::tree::{file_ino, FileEntry, Invalidations, NameExtension, Placement, Tree, TreeBuilder};
 
 /// How files are served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +44,7 @@ pub struct ViewConfig {
     pub fallbacks: Fallbacks,
     pub mode: Mode,
     pub synthesis: SynthesisOptions,
-    /// Names Windows accepts ([`crate::tree::windows_safe`]), for a view
+    /// Names Windows accepts ([`crate::view::tree::windows_safe`]), for a view
     /// shared over SMB.
     pub windows_names: bool,
 }
@@ -251,7 +256,7 @@ fn placement(config: &ViewConfig, b: &TrackBundle, fields: &dyn Fields) -> Place
     };
     let mut path = config.template.render(fields, &config.fallbacks);
     if config.windows_names {
-        path = crate::tree::windows_safe(&path);
+        path = crate::view::tree::windows_safe(&path);
     }
     Placement {
         path,
@@ -762,7 +767,7 @@ impl Library {
     /// loaded, the old one stays served. Files already open keep serving
     /// what they opened, but fail their pictures' reads (EIO). The old
     /// store's `-wal` and `-shm` must be gone from their paths first, or
-    /// SQLite reads the new store through them ([`crate::watch`] sees to
+    /// SQLite reads the new store through them ([`crate::view::watch`] sees to
     /// it).
     pub fn reload(&self) -> anyhow::Result<Refresh> {
         let mut seen = self.seen_seq.lock().unwrap_or_else(|e| e.into_inner());
@@ -828,7 +833,7 @@ impl Library {
         // file's picture reads instead of serving another store's.
         let store_generation = self.pool.generation();
         let entry = match self.tree().get(ino).map(|n| &n.entry) {
-            Some(crate::tree::Entry::File(f)) => f.clone(),
+            Some(crate::view::tree::Entry::File(f)) => f.clone(),
             Some(_) => return Err(io::Error::from_raw_os_error(libc::EISDIR)),
             None => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
         };
@@ -837,7 +842,7 @@ impl Library {
         if layout.len() != entry.size {
             // The store changed after the tree was built: serve the new
             // version and make the tree's size agree with it.
-            if let Some(crate::tree::Entry::File(f)) = self
+            if let Some(crate::view::tree::Entry::File(f)) = self
                 .tree
                 .write()
                 .unwrap_or_else(|e| e.into_inner())

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use inotify::{Inotify, WatchMask};
 use retagfs_store::{beside, ScanLock, Store};
 
-use crate::library::{file_id, FileId, Library, Refresh};
+use crate::view::{file_id, FileId, Library, Refresh};
 
 /// How long the watcher sleeps when nothing wakes it.
 const POLL: Duration = Duration::from_secs(1);
