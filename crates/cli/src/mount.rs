@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use retagfs_core::{Library, Mode};
+use retagfs_core::{Mode, View};
 use retagfs_formats::Id3Version;
 use retagfs_fuse::{Mount, MountConfig, Ownership, Unmounted, Unmounter};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -156,7 +156,7 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
     if !a.dry_run {
         check_mountpoint(&a.mountpoint)?;
     }
-    let lib = Arc::new(Library::load(&a.db, config)?);
+    let lib = Arc::new(View::load(&a.db, config)?);
     crate::release_free_memory();
     lib.set_read_ahead(a.read_ahead.into());
     if a.dry_run {

@@ -1,6 +1,6 @@
 //! Criterion benches of the in-process hot paths: probe per format, path
 //! template render, layout build (synthesis from store rows) per format,
-//! `Library::read` per format and read size (4 KiB to 1 MiB), and the
+//! `View::read` per format and read size (4 KiB to 1 MiB), and the
 //! store's lookup of a track's tags (what an open reads) among tracks with
 //! long values and without.
 //!
@@ -19,7 +19,7 @@ use std::process::Command;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use retagfs_core::scan::{scan, ScanOptions};
 use retagfs_core::view::tree::file_ino;
-use retagfs_core::{Fallbacks, Library, Mode, Template, TrackFields, ViewConfig, DEFAULT_TEMPLATE};
+use retagfs_core::{Fallbacks, Mode, Template, TrackFields, View, ViewConfig, DEFAULT_TEMPLATE};
 use retagfs_formats::{probe, synthesize, Source, SynthesisInput};
 use retagfs_store::{self as store, Format, NewArt, ScannedTrack, Stamps, Store, TrackRow};
 
@@ -266,10 +266,10 @@ fn tags_lookup_group(c: &mut Criterion, dir: &Path) {
     g.finish();
 }
 
-/// `Library::read` of each track at each size: sequential reads through the
+/// `View::read` of each track at each size: sequential reads through the
 /// whole file, wrapping around.
 fn read_group(c: &mut Criterion, name: &str, db_path: &Path, tracks: &[TrackRow]) {
-    let lib = Library::load(db_path, view()).unwrap();
+    let lib = View::load(db_path, view()).unwrap();
     let mut g = c.benchmark_group(name);
     for t in tracks {
         let file = lib.open(file_ino(t.id)).unwrap();

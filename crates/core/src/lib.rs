@@ -13,7 +13,7 @@ use std::os::unix::fs::MetadataExt;
 
 pub use retagfs_store::Stamps;
 pub use view::template::{Fallbacks, Template, TemplateError, DEFAULT_TEMPLATE};
-pub use view::{load_tree, Library, Mode, OpenFile, ReadAheadMode, Refresh, TrackFields, ViewConfig};
+pub use view::{load_tree, Mode, OpenFile, ReadAheadMode, Refresh, TrackFields, View, ViewConfig};
 
 /// The stat stamps that tell whether a file changed.
 pub fn stamps(meta: &std::fs::Metadata) -> Stamps {

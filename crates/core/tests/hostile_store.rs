@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use retagfs_core::scan::{scan, ScanOptions};
 use retagfs_core::view::tree::file_ino;
-use retagfs_core::{Fallbacks, Library, Mode, Template, ViewConfig, DEFAULT_TEMPLATE};
+use retagfs_core::{Fallbacks, Mode, Template, View, ViewConfig, DEFAULT_TEMPLATE};
 use retagfs_formats::{probe, ReadAt, Source};
 use retagfs_store::{Format, Store};
 
@@ -36,14 +36,14 @@ fn config() -> ViewConfig {
     }
 }
 
-fn load(db_path: &Path) -> Library {
-    Library::load(db_path, config()).unwrap()
+fn load(db_path: &Path) -> View {
+    View::load(db_path, config()).unwrap()
 }
 
 /// Every served file, whole, by track id (or the error reading it). Each
 /// open warms its siblings, as the mount does, so a lying row is also met
 /// ahead of its own open.
-fn serve_all(lib: &Library, ids: &[i64]) -> HashMap<i64, std::io::Result<Vec<u8>>> {
+fn serve_all(lib: &View, ids: &[i64]) -> HashMap<i64, std::io::Result<Vec<u8>>> {
     let mut buf = Vec::new();
     ids.iter()
         .map(|&id| {
@@ -308,6 +308,6 @@ fn store_from_a_newer_retagfs_is_refused_with_a_reason() {
         .conn()
         .execute_batch("PRAGMA user_version = 99")
         .unwrap();
-    let err = Library::load(&db_path, config()).err().expect("refused");
+    let err = View::load(&db_path, config()).err().expect("refused");
     assert!(format!("{err:#}").contains("99"), "{err:#}");
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use retagfs_core::scan::{scan, ScanOptions};
 use retagfs_core::view::tree::{file_ino, Entry};
 use retagfs_core::view::watch::Watcher;
-use retagfs_core::{Fallbacks, Library, Mode, Template, ViewConfig, DEFAULT_TEMPLATE};
+use retagfs_core::{Fallbacks, Mode, Template, View, ViewConfig, DEFAULT_TEMPLATE};
 use retagfs_formats::{probe, ReadAt, Source};
 use retagfs_store::{self as store, Format, Store};
 
@@ -92,7 +92,7 @@ fn tagged_flac(db: &Store, dir: &Path) -> store::TrackRow {
 }
 
 /// That the fixture FLAC (track `id`) is served under `title`.
-fn assert_fixture_title(lib: &Library, id: i64, title: &str) {
+fn assert_fixture_title(lib: &View, id: i64, title: &str) {
     let want = format!("Fixture Band/Fixture Album/03 {title}.flac");
     assert_eq!(path_of(lib, id).unwrap(), want);
 }
@@ -100,7 +100,7 @@ fn assert_fixture_title(lib: &Library, id: i64, title: &str) {
 /// Follows the store with a watcher that runs `also` at each refresh,
 /// then says whether that refresh rebuilt the tree.
 fn watch(
-    lib: &Arc<Library>,
+    lib: &Arc<View>,
     db_path: &Path,
     also: impl Fn(&retagfs_core::Refresh) + Send + 'static,
 ) -> (Watcher, std::sync::mpsc::Receiver<bool>) {
@@ -113,7 +113,7 @@ fn watch(
     (watcher, refreshes)
 }
 
-fn read_all(lib: &Library, ino: u64) -> Vec<u8> {
+fn read_all(lib: &View, ino: u64) -> Vec<u8> {
     let file = lib.open(ino).unwrap();
     let mut out = Vec::new();
     let mut buf = Vec::new();
@@ -200,7 +200,7 @@ fn names_that_are_not_utf8_are_scanned_served_and_found_again() {
         template: Template::parse("${filename}").unwrap(),
         ..view(Mode::Synthesis)
     };
-    let lib = Library::load(&db_path, config).unwrap();
+    let lib = View::load(&db_path, config).unwrap();
     assert_eq!(path_of(&lib, track.id).unwrap(), "Été.flac");
     let original = std::fs::read(&file).unwrap();
     let served = read_all(&lib, file_ino(track.id));
@@ -442,7 +442,7 @@ fn served_flac_has_store_tags_and_original_audio() {
     let track = tagged_flac(&db, dir.path());
     retitle(&mut db, track.id, "Retitled");
 
-    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    let lib = View::load(&db_path, view(Mode::Synthesis)).unwrap();
     let ino = file_ino(track.id);
     let size = match &lib.tree().get(ino).unwrap().entry {
         Entry::File(f) => f.size,
@@ -477,7 +477,7 @@ fn served_flac_has_store_tags_and_original_audio() {
 #[test]
 fn structure_only_serves_every_format_byte_identical() {
     let (_dir, db_path, db) = scanned();
-    let lib = Library::load(&db_path, view(Mode::StructureOnly)).unwrap();
+    let lib = View::load(&db_path, view(Mode::StructureOnly)).unwrap();
     let tracks = db.tracks().unwrap();
     assert_eq!(tracks.len(), 8);
     for t in tracks {
@@ -494,7 +494,7 @@ fn structure_only_serves_every_format_byte_identical() {
 fn changed_backing_file_is_eio_not_stale_bytes() {
     let (dir, db_path, db) = scanned();
     let track = tagged_flac(&db, dir.path());
-    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    let lib = View::load(&db_path, view(Mode::Synthesis)).unwrap();
     std::fs::OpenOptions::new()
         .append(true)
         .open(&track.backing_path)
@@ -624,7 +624,7 @@ fn number_ogg_page(page: &mut [u8], seq: u32) {
 /// Scans `bytes` as the file `name` in `dir` (the only file there), gives
 /// its track a comment over one page long (so every Ogg audio page gets a
 /// new number) and reads the served file whole.
-fn served_with_a_long_comment(dir: &Path, name: &str, bytes: &[u8]) -> (Library, i64, Vec<u8>) {
+fn served_with_a_long_comment(dir: &Path, name: &str, bytes: &[u8]) -> (View, i64, Vec<u8>) {
     std::fs::write(dir.join(name), bytes).unwrap();
     let db_path = dir.join("store.db");
     let mut db = Store::open(&db_path).unwrap();
@@ -634,7 +634,7 @@ fn served_with_a_long_comment(dir: &Path, name: &str, bytes: &[u8]) -> (Library,
     let tx = db.write().unwrap();
     store::set_tag(&tx, track_id, "comment", &["x".repeat(70_000)]).unwrap();
     tx.commit().unwrap();
-    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    let lib = View::load(&db_path, view(Mode::Synthesis)).unwrap();
     let served = read_all(&lib, file_ino(track_id));
     (lib, track_id, served)
 }
@@ -751,7 +751,7 @@ fn a_chain_of_two_streams_with_one_serial_number() {
     let track = &db.tracks().unwrap()[0];
     assert_eq!(track.passthrough, None, "the scan cannot see the chain");
 
-    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    let lib = View::load(&db_path, view(Mode::Synthesis)).unwrap();
     let served = read_all(&lib, file_ino(track.id));
     assert_eq!(served[served.len() - (ogg.len() - last)..], ogg[last..]);
     let probed = probe_bytes(&served).unwrap();
@@ -764,7 +764,7 @@ fn a_chain_of_two_streams_with_one_serial_number() {
     let tx = db.write().unwrap();
     store::set_tag(&tx, track.id, "comment", &["x".repeat(70_000)]).unwrap();
     tx.commit().unwrap();
-    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    let lib = View::load(&db_path, view(Mode::Synthesis)).unwrap();
     let served = read_all(&lib, file_ino(track.id));
     let served_audio = &served[served.len() - (ogg.len() - last)..];
     let seq = |page: &[u8]| u32::from_le_bytes(page[18..22].try_into().unwrap());
@@ -784,7 +784,7 @@ fn a_chain_of_two_streams_with_one_serial_number() {
     // A read far into the second stream, before any other: it finds its
     // page by checksum, not by walking the pages before it.
     drop(lib);
-    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    let lib = View::load(&db_path, view(Mode::Synthesis)).unwrap();
     let file = lib.open(file_ino(track.id)).unwrap();
     let far = served.len() - link.len() / 2;
     let mut buf = Vec::new();
@@ -816,7 +816,7 @@ fn synthesized_files_are_consistent_at_any_offset_and_probe_back() {
     }
     tx.commit().unwrap();
 
-    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    let lib = View::load(&db_path, view(Mode::Synthesis)).unwrap();
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     for t in &tracks {
         let whole = read_all(&lib, file_ino(t.id));
@@ -862,7 +862,7 @@ fn synthesized_files_are_consistent_at_any_offset_and_probe_back() {
     }
 }
 
-fn path_of(lib: &Library, track_id: i64) -> Option<String> {
+fn path_of(lib: &View, track_id: i64) -> Option<String> {
     lib.tree().path(file_ino(track_id))
 }
 
@@ -871,7 +871,7 @@ fn path_of(lib: &Library, track_id: i64) -> Option<String> {
 #[test]
 fn refresh_follows_edits_removals_and_a_truncated_log() {
     let (dir, db_path, mut db) = scanned();
-    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    let lib = View::load(&db_path, view(Mode::Synthesis)).unwrap();
     assert_eq!(lib.refresh().unwrap().tracks, 0);
 
     let flac = tagged_flac(&db, dir.path());
@@ -929,7 +929,7 @@ fn refresh_follows_edits_removals_and_a_truncated_log() {
     tx.commit().unwrap();
     let r = lib.refresh().unwrap();
     assert!(r.rebuilt);
-    let fresh = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    let fresh = View::load(&db_path, view(Mode::Synthesis)).unwrap();
     assert_eq!(lib.tree().file_paths(), fresh.tree().file_paths());
     assert_eq!(
         path_of(&lib, flac.id).unwrap(),
@@ -941,7 +941,7 @@ fn refresh_follows_edits_removals_and_a_truncated_log() {
 #[test]
 fn open_handle_keeps_its_version_across_a_retag() {
     let (dir, db_path, mut db) = scanned();
-    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    let lib = View::load(&db_path, view(Mode::Synthesis)).unwrap();
     let t = db
         .resolve_track(dir.path().join("tagged.ogg").to_str().unwrap())
         .unwrap();
@@ -963,7 +963,7 @@ fn open_handle_keeps_its_version_across_a_retag() {
 #[test]
 fn a_replaced_store_is_reloaded_and_older_handles_do_not_read_its_pictures() {
     let (dir, db_path, mut db) = scanned();
-    let lib = Arc::new(Library::load(&db_path, view(Mode::Synthesis)).unwrap());
+    let lib = Arc::new(View::load(&db_path, view(Mode::Synthesis)).unwrap());
     let flac = tagged_flac(&db, dir.path());
     // An edit the old store's WAL still holds (the library's connections
     // keep it from being checkpointed away).
@@ -988,7 +988,7 @@ fn a_replaced_store_is_reloaded_and_older_handles_do_not_read_its_pictures() {
     let (rebuilt, forgotten) = refreshes.recv_timeout(Duration::from_secs(10)).unwrap();
     assert!(rebuilt && forgotten > 0);
     watcher.stop();
-    let fresh = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    let fresh = View::load(&db_path, view(Mode::Synthesis)).unwrap();
     assert_eq!(fresh.tree().file_count(), lib.tree().file_count());
     assert_eq!(lib.tree().file_paths(), fresh.tree().file_paths());
     assert_fixture_title(&lib, id, "From The New Store");
@@ -1011,7 +1011,7 @@ fn a_replaced_store_is_reloaded_and_older_handles_do_not_read_its_pictures() {
 #[test]
 fn edits_made_as_the_watcher_starts_or_reloads_are_followed() {
     let (dir, db_path, mut db) = scanned();
-    let lib = Arc::new(Library::load(&db_path, view(Mode::Synthesis)).unwrap());
+    let lib = Arc::new(View::load(&db_path, view(Mode::Synthesis)).unwrap());
     let flac = tagged_flac(&db, dir.path());
     // Committed after the load, before the watcher exists.
     retitle(&mut db, flac.id, "Before The Watcher");
@@ -1045,7 +1045,7 @@ fn edits_made_as_the_watcher_starts_or_reloads_are_followed() {
 #[test]
 fn a_store_replaced_before_its_watcher_starts_is_loaded() {
     let (dir, db_path, db) = scanned();
-    let lib = Arc::new(Library::load(&db_path, view(Mode::Synthesis)).unwrap());
+    let lib = Arc::new(View::load(&db_path, view(Mode::Synthesis)).unwrap());
     let flac = tagged_flac(&db, dir.path());
     drop(db);
     let id = move_rebuilt_store_over(
@@ -1070,7 +1070,7 @@ fn a_store_scanned_anew_is_loaded_when_its_scan_ends() {
     let flac = tagged_flac(&db, dir.path());
     retitle(&mut db, flac.id, "Old Store Edit");
     drop(db);
-    let lib = Arc::new(Library::load(&db_path, view(Mode::Synthesis)).unwrap());
+    let lib = Arc::new(View::load(&db_path, view(Mode::Synthesis)).unwrap());
     let old_paths = lib.tree().file_paths();
     let (watcher, refreshes) = watch(&lib, &db_path, |_| {});
 
@@ -1119,7 +1119,7 @@ fn moved_file_with_a_new_header_is_served_from_its_new_structure() {
     let fresh = probe(&Source::new(&moved as &dyn ReadAt, moved.len() as u64)).unwrap();
     assert_eq!(db.backing_parts(after.id).unwrap(), fresh.parts);
 
-    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    let lib = View::load(&db_path, view(Mode::Synthesis)).unwrap();
     let served = read_all(&lib, file_ino(after.id));
     let data_at = before.audio_offset as usize;
     let audio = &bytes[data_at..data_at + before.audio_length as usize];
@@ -1137,7 +1137,7 @@ fn warming_prepares_the_directory_and_the_next_one() {
         template: Template::parse("$format/$filename").unwrap(),
         ..view(Mode::Synthesis)
     };
-    let lib = Library::load(&db_path, config).unwrap();
+    let lib = View::load(&db_path, config).unwrap();
     let ino = |path: &str| {
         let tree = lib.tree();
         let (dir, name) = path.split_once('/').unwrap();
@@ -1170,7 +1170,7 @@ fn warming_prepares_the_directory_and_the_next_one() {
 #[test]
 fn a_directory_is_claimed_for_warming_once() {
     let (_dir, db_path, db) = scanned();
-    let lib = Library::load(&db_path, view(Mode::Synthesis)).unwrap();
+    let lib = View::load(&db_path, view(Mode::Synthesis)).unwrap();
     let mut by_dir: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
     for t in db.tracks().unwrap() {
         let ino = file_ino(t.id);

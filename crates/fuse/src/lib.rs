@@ -1,6 +1,6 @@
 //! The FUSE side of retagfs: requests from the kernel answered from
 //! `retagfs-core`. It holds no business logic: names, attributes and bytes
-//! all come from [`Library`]. fuser mounts and answers the kernel's init
+//! all come from [`View`]. fuser mounts and answers the kernel's init
 //! ([`handshake`]); requests then arrive through `/dev/fuse` ([`dev_fuse`])
 //! or, where the kernel offers it, through io_uring ([`uring`]), and both
 //! answer them the same way ([`protocol`], [`server`]).
@@ -16,7 +16,7 @@ use std::sync::Arc;
 use fuser::{Config, INodeNo, MountOption, Session, SessionACL};
 use retagfs_core::view::tree::Invalidations;
 use retagfs_core::view::watch::Watcher;
-use retagfs_core::Library;
+use retagfs_core::View;
 
 use handshake::Handshake;
 use server::Server;
@@ -127,7 +127,7 @@ impl Unmounter {
 }
 
 impl Mount {
-    pub fn new(lib: Arc<Library>, mountpoint: &Path, config: &MountConfig) -> io::Result<Mount> {
+    pub fn new(lib: Arc<View>, mountpoint: &Path, config: &MountConfig) -> io::Result<Mount> {
         let mut options = Config::default();
         options.mount_options = vec![
             MountOption::RO,

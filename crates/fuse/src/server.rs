@@ -1,6 +1,6 @@
 //! The answers to kernel requests, as plain values, which
 //! [`crate::protocol`] encodes for both ways requests arrive (`/dev/fuse`
-//! and FUSE over io_uring). Names, attributes and bytes all come from [`Library`].
+//! and FUSE over io_uring). Names, attributes and bytes all come from [`View`].
 
 use std::collections::HashMap;
 use std::io;
@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{Errno, FileAttr, FileType, FopenFlags, INodeNo};
 use retagfs_core::view::tree::{Entry, ListingError, Node, Tree};
-use retagfs_core::{Library, OpenFile};
+use retagfs_core::{OpenFile, View};
 
 use crate::backing::Backing;
 use crate::open_inodes::OpenInodes;
@@ -31,7 +31,7 @@ const DIR_BLOCK_SIZE: u32 = 32 * 1024;
 
 /// The state of a mount shared by every thread answering requests.
 pub(crate) struct Server {
-    pub(crate) lib: Arc<Library>,
+    pub(crate) lib: Arc<View>,
     /// Open files; the `Arc` lets a read go on while the handle's entry is
     /// looked up or released by another thread.
     handles: Mutex<HashMap<u64, Handle>>,
@@ -62,9 +62,9 @@ struct Warmer {
 }
 
 enum Job {
-    /// Resolve the files likely opened after this one ([`Library::warm_ahead`]).
+    /// Resolve the files likely opened after this one ([`View::warm_ahead`]).
     Warm(u64),
-    /// Read the start of the files after this track ([`Library::prefetch_after`]).
+    /// Read the start of the files after this track ([`View::prefetch_after`]).
     Prefetch(i64),
 }
 
@@ -73,7 +73,7 @@ enum Job {
 const WARM_QUEUE: usize = 64;
 
 impl Warmer {
-    fn start(lib: Arc<Library>) -> Warmer {
+    fn start(lib: Arc<View>) -> Warmer {
         let (queue, jobs) = mpsc::sync_channel::<Job>(WARM_QUEUE);
         let started = std::thread::Builder::new().name("warm".into()).spawn(move || {
             for job in jobs {
@@ -130,7 +130,7 @@ fn time_of(ns: i64) -> SystemTime {
 impl Server {
     /// `passthrough` and `uring` are what to ask the kernel for at init;
     /// they then say what it agreed to.
-    pub(crate) fn new(lib: Arc<Library>, passthrough: bool, uring: bool, ownership: Ownership) -> Server {
+    pub(crate) fn new(lib: Arc<View>, passthrough: bool, uring: bool, ownership: Ownership) -> Server {
         Server {
             warmer: Warmer::start(lib.clone()),
             lib,

@@ -464,22 +464,22 @@ impl ConnectionPool {
 }
 
 /// The mounted view of a store.
-pub struct Library {
+pub struct View {
     config: ViewConfig,
     tree: RwLock<Tree>,
     pool: ConnectionPool,
     /// Tracks whose byte-identical serving was already logged.
     passthrough_logged: Mutex<HashSet<i64>>,
     opened: OpenCache,
-    /// Directories whose files were resolved ahead ([`Library::warm_ahead`]).
+    /// Directories whose files were resolved ahead ([`View::warm_ahead`]).
     warmed: Mutex<HashSet<u64>>,
-    /// Tracks whose start [`Library::prefetch_after`] read ahead.
+    /// Tracks whose start [`View::prefetch_after`] read ahead.
     prefetched: Mutex<HashSet<i64>>,
     /// The change-log position the tree reflects; held while refreshing,
     /// so refreshes run one at a time.
     seen_seq: Mutex<i64>,
     read_ahead: Mutex<ReadAheadMode>,
-    /// The newer schema version last warned about ([`Library::note_newer_schema`]).
+    /// The newer schema version last warned about ([`View::note_newer_schema`]).
     newer_schema_noted: Mutex<Option<i64>>,
 }
 
@@ -527,7 +527,7 @@ impl OpenFile {
     /// once, when a read reaches the end of a file this handle read mostly
     /// whole (a player or a copy going on to the next file; a tagger reads
     /// only a file's start), and read-ahead is on: then is the time for
-    /// [`Library::prefetch_after`].
+    /// [`View::prefetch_after`].
     pub fn read_through(&self, offset: u64, n: usize) -> bool {
         let len = self.layout.len();
         let total = self.bytes_read.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
@@ -623,9 +623,9 @@ fn eio() -> io::Error {
     io::Error::from_raw_os_error(libc::EIO)
 }
 
-impl Library {
+impl View {
     /// Loads the store and renders the tree.
-    pub fn load(db: &Path, config: ViewConfig) -> anyhow::Result<Library> {
+    pub fn load(db: &Path, config: ViewConfig) -> anyhow::Result<View> {
         let started = std::time::Instant::now();
         // Before the open: a file moved to the path after it is then seen
         // as a replacement by the watcher, not taken for the one loaded.
@@ -653,7 +653,7 @@ impl Library {
                 );
             }
         }
-        Ok(Library {
+        Ok(View {
             config,
             tree: RwLock::new(tree),
             pool: ConnectionPool::new(db, served, store),
@@ -876,7 +876,7 @@ impl Library {
     }
 
     /// Whether the files of `ino`'s directory are yet to be warmed
-    /// ([`Library::warm_ahead`]): true once per directory until the
+    /// ([`View::warm_ahead`]): true once per directory until the
     /// cache is cleared, so that repeated opens cost a set lookup, not a
     /// wake-up of the thread that warms.
     pub fn claim_warming(&self, ino: u64) -> bool {
@@ -896,7 +896,7 @@ impl Library {
     /// folder, an indexer's walk) need neither the store nor synthesis.
     /// Neighbouring track ids are read from the store as one range. Meant
     /// to run in the background from an open, when
-    /// [`Library::claim_warming`] says so. Failures are left for the files'
+    /// [`View::claim_warming`] says so. Failures are left for the files'
     /// own opens.
     pub fn warm_ahead(&self, ino: u64) {
         let files = {
@@ -927,7 +927,7 @@ impl Library {
     }
 
     /// Whether the next files of a file read through should be read ahead
-    /// ([`Library::prefetch_after`]): when it came from the disk, or was
+    /// ([`View::prefetch_after`]): when it came from the disk, or was
     /// itself read ahead (a client going through cold files). Files that
     /// were in the page cache anyway say the next ones likely are too, and
     /// reading them ahead would only cost (a tenth of the time of reading
@@ -965,7 +965,7 @@ impl Library {
         }
     }
 
-    /// [`Library::resolve`], from the open cache when it holds this version.
+    /// [`View::resolve`], from the open cache when it holds this version.
     fn open_resolved(
         &self,
         track_id: i64,
@@ -1184,7 +1184,7 @@ fn check_stamps(track: &TrackRow, backing: &File, log: Log) -> io::Result<()> {
 }
 
 struct Sources<'a> {
-    lib: &'a Library,
+    lib: &'a View,
     file: &'a OpenFile,
 }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use inotify::{Inotify, WatchMask};
 use retagfs_store::{beside, ScanLock, Store};
 
-use crate::view::{file_id, FileId, Library, Refresh};
+use crate::view::{file_id, FileId, Refresh, View};
 
 /// How long the watcher sleeps when nothing wakes it.
 const POLL: Duration = Duration::from_secs(1);
@@ -31,7 +31,7 @@ impl Watcher {
     /// Starts watching `db`; `on_refresh` runs after every refresh that
     /// changed something (it tells the kernel what to forget).
     pub fn spawn(
-        lib: Arc<Library>,
+        lib: Arc<View>,
         db: &Path,
         on_refresh: impl Fn(&Refresh) + Send + 'static,
     ) -> anyhow::Result<Watcher> {
@@ -76,7 +76,7 @@ fn watch_db_files(db: &Path) -> std::io::Result<(Inotify, Vec<PathBuf>)> {
 }
 
 fn run(
-    lib: &Library,
+    lib: &View,
     db: &Path,
     mut inotify: Option<(Inotify, Vec<PathBuf>)>,
     stop: &AtomicBool,
@@ -185,7 +185,7 @@ fn wait(inotify: &mut Option<(Inotify, Vec<PathBuf>)>, buf: &mut [u8]) {
 }
 
 /// Brings the library up to date with what the store committed.
-fn refresh(lib: &Library, on_refresh: &dyn Fn(&Refresh)) {
+fn refresh(lib: &View, on_refresh: &dyn Fn(&Refresh)) {
     let started = Instant::now();
     match lib.refresh() {
         Ok(r) if r.tracks > 0 => {
@@ -331,7 +331,7 @@ impl StoreFile {
 
     /// Serves the store now at `db` (file `id`); false when it cannot be
     /// loaded yet (the old one is still served then).
-    fn load(&mut self, lib: &Library, db: &Path, id: FileId, on_refresh: &dyn Fn(&Refresh)) -> bool {
+    fn load(&mut self, lib: &View, db: &Path, id: FileId, on_refresh: &dyn Fn(&Refresh)) -> bool {
         let started = Instant::now();
         self.remove_stale_companions();
         match lib.reload() {
