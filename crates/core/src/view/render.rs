@@ -1,0 +1,258 @@
+//! Rendering the tree: where each track goes, from its tags through the
+//! template, and the size of its served file.
+
+use super::*;
+
+/// How files are served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Fresh metadata from the store in front of the original audio.
+    Synthesis,
+    /// The backing file's bytes, unchanged, under the template's paths.
+    StructureOnly,
+}
+
+/// How the tree is laid out and files are served.
+#[derive(Debug, Clone)]
+pub struct ViewConfig {
+    pub template: Template,
+    pub fallbacks: Fallbacks,
+    pub mode: Mode,
+    pub synthesis: SynthesisOptions,
+    /// Names Windows accepts ([`crate::view::tree::windows_safe`]), for a view
+    /// shared over SMB.
+    pub windows_names: bool,
+}
+
+/// A track's tags as template fields, plus computed fields:
+/// `filename` (backing file name without extension), `format`, and `disc`
+/// (the disc number when the album has several discs, else nothing).
+pub struct TrackFields<'a> {
+    track: &'a TrackRow,
+    tags: &'a [(String, String)],
+}
+
+impl<'a> TrackFields<'a> {
+    pub fn new(track: &'a TrackRow, tags: &'a [(String, String)]) -> Self {
+        TrackFields { track, tags }
+    }
+
+    fn tag(&self, key: &str) -> Option<String> {
+        let values: Vec<&str> = self
+            .tags
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .collect();
+        (!values.is_empty()).then(|| values.join(", "))
+    }
+}
+
+fn leading_number(v: &str) -> Option<u32> {
+    let digits: String = v.trim().chars().take_while(|c| c.is_ascii_digit()).collect();
+    digits.parse().ok()
+}
+
+impl Fields for TrackFields<'_> {
+    fn get(&self, field: &str) -> Option<String> {
+        match field {
+            // Bytes of the name that are not UTF-8 read as Latin-1.
+            "filename" => Path::new(&*text_for_display(&self.track.backing_path))
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned()),
+            "format" => Some(self.track.format.as_str().to_string()),
+            "disc" => {
+                let disc = self.tag("discnumber")?;
+                // "1/2" (disc 1 of 2, as ID3 writes it) says both.
+                let (number, of) = disc.split_once('/').unwrap_or((&disc, ""));
+                let total = self
+                    .tag("totaldiscs")
+                    .and_then(|t| leading_number(&t))
+                    .or_else(|| leading_number(of));
+                let several = total.is_some_and(|t| t > 1) || leading_number(number).is_some_and(|d| d > 1);
+                several.then(|| number.trim().to_string())
+            }
+            _ => self.tag(field),
+        }
+    }
+}
+
+/// Tracks handed to a rendering thread at a time.
+pub(super) const RENDER_BATCH: usize = 256;
+
+/// Reads every track and builds the tree at once (inside
+/// [`Store::read_snapshot`] for one consistent state): this thread reads
+/// the store, one thread per core renders batches of tracks, and one more
+/// grows the tree batch by batch in track id order. Returns the tree and
+/// the number of tracks.
+pub fn load_tree(store: &Store, config: &ViewConfig) -> retagfs_store::Result<(Tree, usize)> {
+    load_tree_noting(store, config, None)
+}
+
+/// [`load_tree`], noting in `valued`, if given, which of the template's
+/// fields ([`Template::fields`], the first 64) had a value in some track.
+pub(super) fn load_tree_noting(
+    store: &Store,
+    config: &ViewConfig,
+    valued: Option<&mut u64>,
+) -> retagfs_store::Result<(Tree, usize)> {
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (batches_tx, batches_rx) = crossbeam_channel::bounded::<(usize, Vec<TrackBundle>)>(workers * 2);
+    let (placed_tx, placed_rx) = crossbeam_channel::unbounded::<(usize, Vec<Placement>, u64)>();
+    let names = config.template.fields();
+    let noting = valued.is_some();
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            let (batches, placed, names) = (batches_rx.clone(), placed_tx.clone(), &names);
+            s.spawn(move || {
+                for (n, batch) in batches {
+                    let mut valued = 0;
+                    let placements = batch
+                        .iter()
+                        .map(|b| {
+                            let fields = TrackFields::new(&b.track, &b.tags);
+                            if !noting {
+                                return placement(config, b, &fields);
+                            }
+                            let fields = NotingFields::new(fields, names);
+                            let p = placement(config, b, &fields);
+                            valued |= fields.valued.get();
+                            p
+                        })
+                        .collect();
+                    if placed.send((n, placements, valued)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop((batches_rx, placed_tx));
+        let builder = s.spawn(move || {
+            let mut tree = TreeBuilder::default();
+            let mut valued = 0;
+            // Batches rendered ahead of one still being rendered wait here.
+            let mut early = BTreeMap::new();
+            let mut next = 0;
+            for (n, placements, batch_valued) in placed_rx {
+                valued |= batch_valued;
+                early.insert(n, placements);
+                while let Some(placements) = early.remove(&next) {
+                    placements.into_iter().for_each(|p| tree.add(p));
+                    next += 1;
+                }
+            }
+            (tree.finish(), valued)
+        });
+        let (mut count, mut sent) = (0, 0);
+        let mut batch = Vec::with_capacity(RENDER_BATCH);
+        let read = store.for_each_track(|bundle| {
+            count += 1;
+            batch.push(bundle);
+            if batch.len() == RENDER_BATCH {
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(RENDER_BATCH));
+                let _ = batches_tx.send((sent, full));
+                sent += 1;
+            }
+        });
+        if !batch.is_empty() {
+            let _ = batches_tx.send((sent, batch));
+        }
+        drop(batches_tx);
+        let (tree, tree_valued) = builder.join().expect("building the tree panicked");
+        if let Some(valued) = valued {
+            *valued = tree_valued;
+        }
+        read.map(|()| (tree, count))
+    })
+}
+
+/// A track's fields, noting which of `names` had a value (bit i for
+/// `names[i]`).
+struct NotingFields<'a> {
+    fields: TrackFields<'a>,
+    names: &'a [&'a str],
+    valued: std::cell::Cell<u64>,
+}
+
+impl<'a> NotingFields<'a> {
+    fn new(fields: TrackFields<'a>, names: &'a [&'a str]) -> Self {
+        NotingFields {
+            fields,
+            names,
+            valued: std::cell::Cell::new(0),
+        }
+    }
+}
+
+impl Fields for NotingFields<'_> {
+    fn get(&self, field: &str) -> Option<String> {
+        let value = self.fields.get(field);
+        if value.as_deref().is_some_and(|v| !v.trim().is_empty()) {
+            if let Some(bit) = self.names.iter().position(|n| *n == field).filter(|&i| i < 64) {
+                self.valued.set(self.valued.get() | 1 << bit);
+            }
+        }
+        value
+    }
+}
+
+/// The template's field references (`${albumartist|artist}`) that no track
+/// had a value for, given the fields that had one (`valued`, as
+/// [`load_tree_noting`] notes them). Computed fields are left out: `disc`
+/// is empty wherever no album has several discs.
+pub(super) fn references_never_valued(template: &Template, valued: u64) -> Vec<String> {
+    let names = template.fields();
+    let had_value = |name: &str| {
+        let bit = names.iter().position(|n| *n == name);
+        bit.is_none_or(|i| i >= 64 || valued & (1 << i) != 0)
+    };
+    let mut out: Vec<String> = template
+        .chains()
+        .into_iter()
+        .filter(|chain| !chain.iter().any(|f| COMPUTED_FIELDS.contains(&f.as_str())))
+        .filter(|chain| !chain.iter().any(|f| had_value(f)))
+        .map(|chain| format!("${{{}}}", chain.join("|")))
+        .collect();
+    out.dedup();
+    out
+}
+
+/// Fields [`TrackFields`] computes rather than reads from the tags.
+const COMPUTED_FIELDS: [&str; 3] = ["filename", "format", "disc"];
+
+/// Where a track goes in the tree and its served size.
+fn placement(config: &ViewConfig, b: &TrackBundle, fields: &dyn Fields) -> Placement {
+    let t = &b.track;
+    let size = match config.mode {
+        Mode::StructureOnly => t.stamps.size,
+        Mode::Synthesis => {
+            synthesized_len(t, &b.tags, &b.art, &b.flac_block_lens, &b.parts, config.synthesis)
+        }
+    };
+    let mut path = config.template.render(fields, &config.fallbacks);
+    if config.windows_names {
+        path = crate::view::tree::windows_safe(&path);
+    }
+    Placement {
+        path,
+        file: FileEntry {
+            track_id: t.id,
+            format: t.format,
+            name_extension: NameExtension::of(t.format, &t.backing_path),
+            size,
+            mtime_ns: t.served_mtime_ns(),
+            content_version: t.content_version,
+        },
+    }
+}
+
+/// One track's placement read from the store, `None` once it is gone.
+pub(super) fn load_placement(
+    store: &Store,
+    config: &ViewConfig,
+    id: i64,
+) -> retagfs_store::Result<Option<Placement>> {
+    Ok(store
+        .track_bundle(id)?
+        .map(|b| placement(config, &b, &TrackFields::new(&b.track, &b.tags))))
+}
