@@ -7,7 +7,6 @@ pub mod fs_kind;
 pub mod import;
 pub mod scan;
 pub mod view;
-mod walk;
 
 use std::os::unix::fs::MetadataExt;
 

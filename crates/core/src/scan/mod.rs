@@ -1,6 +1,8 @@
 //! The scan pipeline: walk the roots, probe changed files in parallel with
 //! bounded reads, write results through one writer in batched transactions.
 
+mod walk;
+
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::fs::File;
@@ -18,8 +20,8 @@ use retagfs_store::{
 };
 
 use crate::fs_kind::{self, FsKind};
-pub use crate::walk::WalkThreads;
-use crate::walk::{DirCache, Walked};
+pub use crate::scan::walk::WalkThreads;
+use crate::scan::walk::{DirCache, Walked};
 use sha2::{Digest, Sha256};
 
 /// Results written per transaction, at most (and those that came with
@@ -701,7 +703,7 @@ pub fn scan(
     let (mut walked, known) = std::thread::scope(|s| {
         let walk = s.spawn(|| {
             let on_progress = |n| progress(Progress::Walking(n));
-            crate::walk::walk(
+            crate::scan::walk::walk(
                 &roots,
                 opts.follow_symlinks,
                 opts.threads.walk,
@@ -1032,7 +1034,7 @@ fn trusted_devices(root: &Path) -> Vec<u64> {
     if fs_kind::of_path(root) != FsKind::Local {
         return Vec::new();
     }
-    crate::walk::identity(root)
+    crate::scan::walk::identity(root)
         .map(|(device, _)| vec![device])
         .unwrap_or_default()
 }
@@ -1132,7 +1134,7 @@ impl Folders<'_> {
     }
 
     /// The folder as this scan left it, if every file in it has a kind.
-    fn found_in(&self, dir: &crate::walk::WalkedDir) -> Option<ScannedDir<'static>> {
+    fn found_in(&self, dir: &crate::scan::walk::WalkedDir) -> Option<ScannedDir<'static>> {
         let no_stamps = Stamps {
             size: 0,
             mtime_ns: 0,
