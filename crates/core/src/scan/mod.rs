@@ -1,7 +1,16 @@
 //! The scan pipeline: walk the roots, probe changed files in parallel with
 //! bounded reads, write results through one writer in batched transactions.
 
+mod folder_records;
+mod moves;
+mod probe;
 mod walk;
+mod writer;
+
+use folder_records::*;
+use moves::*;
+use probe::*;
+use writer::*;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
@@ -23,14 +32,6 @@ use crate::fs_kind::{self, FsKind};
 pub use crate::scan::walk::WalkThreads;
 use crate::scan::walk::{DirCache, Walked};
 use sha2::{Digest, Sha256};
-
-/// Results written per transaction, at most (and those that came with
-/// the last).
-const BATCH: usize = 512;
-/// How long the writer gathers results before it commits what it has.
-const GATHER: Duration = Duration::from_millis(50);
-/// Bytes at each end of the audio that make up the content fingerprint.
-const FINGERPRINT_SPAN: u64 = 64 * 1024;
 
 /// File extensions that are never audio: skipped without a probe.
 const NOT_AUDIO: &[&str] = &[
@@ -160,51 +161,6 @@ pub enum Progress {
     Probed,
 }
 
-#[derive(Clone, Copy)]
-struct Job<'a> {
-    /// Borrowed from the walk's files, which outlive the probing.
-    path: &'a str,
-    stamps: Stamps,
-    existing: Option<i64>,
-    /// Its index in the walk's files.
-    index: usize,
-}
-
-enum Outcome<'a> {
-    Scanned(Job<'a>, Box<Probed>),
-    Failed(Job<'a>, ProbeError),
-}
-
-impl Outcome<'_> {
-    /// About how much memory the result holds: its pictures, tag values
-    /// and FLAC blocks.
-    fn held_bytes(&self) -> usize {
-        let Outcome::Scanned(_, probed) = self else {
-            return 0;
-        };
-        let t = &probed.track;
-        t.pictures.iter().map(|p| p.art.data.len()).sum::<usize>()
-            + t.tags.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
-            + t.flac_blocks.iter().map(|(_, data)| data.len()).sum::<usize>()
-    }
-}
-
-/// A file probed: what goes to the store, and the sha256 fingerprint that
-/// a store before version 5 would hold of it (computed only while a track
-/// known by one may be this file, moved).
-struct Probed {
-    track: ScannedTrack,
-    sha256: Option<[u8; 32]>,
-}
-
-impl Probed {
-    /// The file's fingerprints, the store's own first.
-    fn fingerprints(&self) -> impl Iterator<Item = Fingerprint> + Clone + '_ {
-        let blake3 = self.track.fingerprint.map(Fingerprint::Blake3);
-        blake3.into_iter().chain(self.sha256.map(Fingerprint::Sha256))
-    }
-}
-
 fn extension(path: &str) -> String {
     Path::new(path)
         .extension()
@@ -242,409 +198,8 @@ fn check_roots(roots: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
         .collect()
 }
 
-/// Probes one file and computes its content fingerprint (and with
-/// `sha256`, the one of stores before version 5), reading through `buf`.
-fn probe_file(job: &Job<'_>, sha256: bool, buf: &mut Vec<u8>) -> Result<Probed, ProbeError> {
-    let file = Windowed::new(File::open(text_to_path(job.path))?);
-    let src = Source::new(&file as &dyn ReadAt, job.stamps.size);
-    let p = probe(&src)?;
-    let fingerprints = fingerprints(&src, p.audio_offset, p.audio_length, sha256, buf)?;
-    let track = ScannedTrack {
-        backing_path: job.path.to_string(),
-        format: p.format,
-        audio_offset: p.audio_offset,
-        audio_length: p.audio_length,
-        stamps: job.stamps,
-        fingerprint: Some(fingerprints.blake3),
-        tags: p.tags,
-        pictures: dedup_pictures(p.pictures),
-        flac_blocks: p.flac_blocks,
-        parts: p.parts,
-        passthrough: p.passthrough,
-        vendor: p.vendor,
-    };
-    Ok(Probed {
-        track,
-        sha256: fingerprints.sha256,
-    })
-}
-
-/// A file read through a window: a small read fetches `WINDOW` bytes from
-/// its offset, and later reads inside them are answered from memory. A
-/// probe reads a file's headers a few bytes at a time (a FLAC's block
-/// headers are 4 bytes each) and small files' start and end twice (checks,
-/// then the fingerprint): on storage without a page cache (FUSE remotes)
-/// each read is a round trip.
-struct Windowed {
-    file: File,
-    window: std::cell::RefCell<Window>,
-}
-
-#[derive(Default)]
-struct Window {
-    /// Where the bytes start in the file.
-    at: u64,
-    /// How many of `bytes` were read.
-    filled: usize,
-    /// `WINDOW` long once used: kept from file to file by each thread, so
-    /// that no file pays for zeroing a fresh buffer.
-    bytes: Vec<u8>,
-}
-
-/// Bytes fetched for a small read.
-const WINDOW: usize = 64 * 1024;
-
 thread_local! {
     static SPARE_WINDOW: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-impl Windowed {
-    fn new(file: File) -> Windowed {
-        // A probe reads a file's start and end: the kernel's read-ahead,
-        // up to megabytes on a fast disk, would read much of the rest.
-        // SAFETY: a hint on a descriptor this file owns.
-        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
-        let window = Window {
-            bytes: SPARE_WINDOW.take(),
-            ..Window::default()
-        };
-        Windowed {
-            file,
-            window: std::cell::RefCell::new(window),
-        }
-    }
-}
-
-impl Drop for Windowed {
-    fn drop(&mut self) {
-        SPARE_WINDOW.set(std::mem::take(&mut self.window.get_mut().bytes));
-    }
-}
-
-impl ReadAt for Windowed {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
-        let mut w = self.window.borrow_mut();
-        let inside = offset >= w.at && offset + buf.len() as u64 <= w.at + w.filled as u64;
-        if !inside {
-            if buf.len() > WINDOW / 4 {
-                return ReadAt::read_at(&self.file, buf, offset);
-            }
-            w.bytes.resize(WINDOW, 0);
-            w.filled = ReadAt::read_at(&self.file, &mut w.bytes, offset)?;
-            w.at = offset;
-        }
-        let from = (offset - w.at) as usize;
-        let n = buf.len().min(w.filled.saturating_sub(from));
-        buf[..n].copy_from_slice(&w.bytes[from..from + n]);
-        Ok(n)
-    }
-}
-
-/// A file may carry the same image twice (in two tag containers).
-fn dedup_pictures(pictures: Vec<ScannedPicture>) -> Vec<ScannedPicture> {
-    let mut seen = HashSet::new();
-    pictures
-        .into_iter()
-        .filter(|p| seen.insert((p.picture_type, p.sha256)))
-        .collect()
-}
-
-struct Fingerprints {
-    blake3: [u8; 32],
-    sha256: Option<[u8; 32]>,
-}
-
-/// The fingerprints of the audio at `offset`, `len` bytes long: BLAKE3
-/// over its length (8 bytes, little-endian), its first 64 KiB and the rest
-/// of its last 64 KiB (so the whole audio once when it is shorter than 128
-/// KiB); with `sha256`, also the sha256 of stores before version 5 (its
-/// length, first 64 KiB and last 64 KiB, overlapping in short audio).
-/// `buf` is kept from file to file: a fresh zeroed buffer per file cost as
-/// much as the hashing.
-fn fingerprints(
-    src: &Source<'_>,
-    offset: u64,
-    len: u64,
-    sha256: bool,
-    buf: &mut Vec<u8>,
-) -> Result<Fingerprints, ProbeError> {
-    buf.resize(FINGERPRINT_SPAN as usize, 0);
-    let span = FINGERPRINT_SPAN.min(len);
-    let mut blake3 = blake3::Hasher::new();
-    blake3.update(&len.to_le_bytes());
-    let mut legacy = sha256.then(|| Sha256::new_with_prefix(len.to_le_bytes()));
-    let head = read_span(src, offset, span, buf)?;
-    blake3.update(head);
-    if let Some(h) = &mut legacy {
-        h.update(head);
-    }
-    let tail_at = offset + len - span;
-    // How much of the tail the head already holds.
-    let in_head = (offset + span).saturating_sub(tail_at).min(span);
-    match &mut legacy {
-        Some(h) => {
-            let tail = read_span(src, tail_at, span, buf)?;
-            h.update(tail);
-            blake3.update(tail.get(in_head as usize..).unwrap_or_default());
-        }
-        None if in_head < span => {
-            blake3.update(read_span(src, tail_at + in_head, span - in_head, buf)?);
-        }
-        None => {}
-    }
-    Ok(Fingerprints {
-        blake3: blake3.finalize().into(),
-        sha256: legacy.map(|h| h.finalize().into()),
-    })
-}
-
-/// `len` bytes at `offset` (fewer at the end of the file), read into `buf`.
-fn read_span<'b>(src: &Source<'_>, offset: u64, len: u64, buf: &'b mut [u8]) -> Result<&'b [u8], ProbeError> {
-    let n = src.read_upto_into(offset, &mut buf[..len as usize])?;
-    Ok(&buf[..n])
-}
-
-/// Probes jobs until there are none left to take; `sha256`: whether new
-/// files need the fingerprint of stores before version 5 too.
-fn worker<'a>(jobs: &Jobs<'_, 'a>, results: Sender<Vec<Outcome<'a>>>, sha256: bool, bytes_per_send: usize) {
-    let mut buf = Vec::new();
-    let (mut batch, mut held) = (Vec::new(), 0);
-    while let Some(job) = jobs.take() {
-        let outcome = match probe_file(&job, sha256 && job.existing.is_none(), &mut buf) {
-            Ok(probed) => Outcome::Scanned(job, Box::new(probed)),
-            Err(e) => Outcome::Failed(job, e),
-        };
-        held += outcome.held_bytes();
-        batch.push(outcome);
-        // Sent a few at a time while the writer is busy: a send to a full
-        // channel parks this thread and every receive wakes one. (With
-        // this and [`Jobs`], a first scan of 20,000 small files spends
-        // 0.15 s in the kernel, where it spent 0.35.)
-        let full = batch.len() >= RESULTS_PER_SEND || held >= bytes_per_send;
-        if full || results.is_empty() {
-            held = 0;
-            if results.send(std::mem::take(&mut batch)).is_err() {
-                return;
-            }
-        }
-    }
-    if !batch.is_empty() {
-        let _ = results.send(batch);
-    }
-}
-
-/// Results a probing thread holds before it sends them, at most...
-const RESULTS_PER_SEND: usize = 16;
-/// ... and the bytes of tags and pictures all probing threads together
-/// may hold in unsent results, shared out between them (large covers go
-/// one at a time), so that more threads do not hold more: with 8 threads
-/// holding 1 MiB each, a first scan of 20,000 tracks with covers peaked at
-/// 37-42 MiB, with this bound at 32-39.
-const RESULT_BYTES_UNSENT: usize = 2 << 20;
-
-/// The files to probe, taken in order by the probing threads: an index
-/// to bump rather than a channel to feed (whose every job woke a
-/// thread when the probes waited on the writer).
-struct Jobs<'j, 'a> {
-    todo: &'j [Job<'a>],
-    next: AtomicUsize,
-}
-
-impl<'a> Jobs<'_, 'a> {
-    fn take(&self) -> Option<Job<'a>> {
-        self.todo.get(self.next.fetch_add(1, Ordering::Relaxed)).copied()
-    }
-}
-
-/// Tracks whose file is gone, by fingerprint. Several with one
-/// fingerprint (the same recording twice) go each to the new file whose
-/// path ends most like its old one.
-#[derive(Default)]
-struct MoveCandidates {
-    /// Gone tracks under the roots scanned.
-    gone: HashMap<Fingerprint, Candidates>,
-    /// Gone tracks outside the roots, looked up by fingerprint the first
-    /// time a new file has it (once per fingerprint: a library of many
-    /// copies of one recording, moved, must not stat every copy again for
-    /// each new file).
-    gone_elsewhere: HashMap<Fingerprint, Candidates>,
-    roots: Vec<PathBuf>,
-    /// Whether the store holds tracks outside the roots, which a new file
-    /// may be one of, moved.
-    elsewhere: bool,
-}
-
-impl MoveCandidates {
-    fn add(&mut self, db: &Store, known: &KnownStamps, rows: &[usize]) -> anyhow::Result<()> {
-        let paths: HashMap<i64, &str> = rows.iter().map(|&row| (known.id(row), known.path(row))).collect();
-        let ids: Vec<i64> = paths.keys().copied().collect();
-        for (id, fingerprint) in db.fingerprints(&ids)? {
-            let path = paths[&id].to_string();
-            self.gone.entry(fingerprint).or_default().push(id, path);
-        }
-        Ok(())
-    }
-
-    /// Whether a new file may be a gone track that has only the sha256
-    /// fingerprint of a store from before version 5: only then is a new
-    /// file's sha256 computed too.
-    fn may_want_sha256(&self, db: &Store) -> anyhow::Result<bool> {
-        let gone = self.gone.keys().any(|f| matches!(f, Fingerprint::Sha256(_)));
-        Ok(gone || (self.elsewhere && db.has_legacy_fingerprints()?))
-    }
-
-    /// The track (id and old path) that a new file at `path` with these
-    /// fingerprints is: one gone under the roots first, else one gone
-    /// elsewhere. Among the tracks of all its fingerprints (a store from
-    /// before version 5 may know one recording by both), the one whose
-    /// old path ends most like `path`.
-    fn take(
-        &mut self,
-        tx: &store::Transaction<'_>,
-        fingerprints: impl Iterator<Item = Fingerprint> + Clone,
-        path: &str,
-    ) -> anyhow::Result<Option<(i64, String)>> {
-        if let Some(found) = take_best(&mut self.gone, fingerprints.clone(), path) {
-            return Ok(Some(found));
-        }
-        if !self.elsewhere {
-            return Ok(None);
-        }
-        for fingerprint in fingerprints.clone() {
-            if let std::collections::hash_map::Entry::Vacant(e) = self.gone_elsewhere.entry(fingerprint) {
-                let mut found = Candidates::default();
-                for (id, old) in store::tracks_with_fingerprint(tx, &fingerprint)? {
-                    if !under_roots(&old, &self.roots) && file_is_gone(&old) {
-                        found.push(id, old);
-                    }
-                }
-                e.insert(found);
-            }
-        }
-        Ok(take_best(&mut self.gone_elsewhere, fingerprints, path))
-    }
-}
-
-/// Takes the track, among those of `fingerprints` in `gone`, whose old
-/// path ends most like `path`.
-fn take_best(
-    gone: &mut HashMap<Fingerprint, Candidates>,
-    fingerprints: impl Iterator<Item = Fingerprint>,
-    path: &str,
-) -> Option<(i64, String)> {
-    let best = fingerprints
-        .filter_map(|f| {
-            let (index, likeness) = gone.get_mut(&f)?.best(path)?;
-            Some((f, index, likeness))
-        })
-        .max_by_key(|&(_, _, likeness)| likeness)?;
-    gone.get_mut(&best.0)?.tracks[best.1].take()
-}
-
-/// Gone tracks of one fingerprint, indexed by the last two components of
-/// their paths (a library moved whole keeps them) and by file name, so
-/// that each new file finds its own among thousands of copies without
-/// comparing with each.
-#[derive(Default)]
-struct Candidates {
-    /// (id, old path), None once taken.
-    tracks: Vec<Option<(i64, String)>>,
-    by_tail: HashMap<String, Vec<usize>>,
-    by_name: HashMap<String, Vec<usize>>,
-    /// Tracks before this one are all taken.
-    next_left: usize,
-}
-
-impl Candidates {
-    fn push(&mut self, id: i64, path: String) {
-        let i = self.tracks.len();
-        self.by_tail.entry(tail(&path).to_string()).or_default().push(i);
-        self.by_name
-            .entry(file_name(&path).to_string())
-            .or_default()
-            .push(i);
-        self.tracks.push(Some((id, path)));
-    }
-
-    /// The track whose old path ends most like `path` (not taken yet),
-    /// with how alike: one whose last two components match (ending more
-    /// like it than any other), else one of the same file name, else any.
-    fn best(&mut self, path: &str) -> Option<(usize, Likeness)> {
-        let tracks = &self.tracks;
-        // The last one not taken yet (taken ones are dropped from the end
-        // as they come up: each at most once).
-        let left = |indexes: &mut Vec<usize>| {
-            while indexes.last().is_some_and(|&i| tracks[i].is_none()) {
-                indexes.pop();
-            }
-            indexes.last().copied()
-        };
-        let ending = |i: usize| tracks[i].as_ref().map_or(0, |(_, old)| same_ending(old, path));
-        let same_tail = self.by_tail.get_mut(tail(path)).and_then(|same_tail| {
-            left(same_tail)?;
-            same_tail
-                .iter()
-                .copied()
-                .filter(|&i| tracks[i].is_some())
-                .max_by_key(|&i| ending(i))
-        });
-        if let Some(i) = same_tail {
-            return Some((i, Likeness::SameTail(ending(i))));
-        }
-        if let Some(i) = self.by_name.get_mut(file_name(path)).and_then(left) {
-            return Some((i, Likeness::SameName));
-        }
-        while self.next_left < tracks.len() && tracks[self.next_left].is_none() {
-            self.next_left += 1;
-        }
-        (self.next_left < tracks.len()).then_some((self.next_left, Likeness::Any))
-    }
-}
-
-/// How much a gone track's old path is like a new file's, least first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Likeness {
-    Any,
-    SameName,
-    /// The last two components match, and this many at the end.
-    SameTail(usize),
-}
-
-fn file_name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
-}
-
-/// The last two components of a path.
-fn tail(path: &str) -> &str {
-    let mut slashes = path.rmatch_indices('/').map(|(i, _)| i);
-    match (slashes.next(), slashes.next()) {
-        (Some(_), Some(i)) => &path[i + 1..],
-        _ => path,
-    }
-}
-
-/// How many trailing path components `a` and `b` share.
-fn same_ending(a: &str, b: &str) -> usize {
-    a.rsplit('/')
-        .zip(b.rsplit('/'))
-        .take_while(|(x, y)| x == y)
-        .count()
-}
-
-fn file_is_gone(path: &str) -> bool {
-    std::fs::symlink_metadata(text_to_path(path)).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
-}
-
-/// Whether `path` is `prefix` or lies below it.
-fn at_or_under(path: &str, prefix: &str) -> bool {
-    path.strip_prefix(prefix.trim_end_matches('/'))
-        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-}
-
-/// Whether `path` is one of the (canonical) roots or under one: compared
-/// as text, which is many times cheaper than by path components.
-fn under_roots(path: &str, roots: &[PathBuf]) -> bool {
-    roots.iter().any(|r| at_or_under(path, &path_to_text(r)))
 }
 
 /// Change-log entries a scan keeps; a mount further behind rebuilds.
@@ -660,7 +215,9 @@ fn say_waiting() {
     tracing::warn!("another scan of this store is running: waiting for it to finish");
 }
 
-/// Scans `opts.roots` into the store.
+/// Scans `opts.roots` into the store, in phases: read the record of
+/// folders, walk the roots, hold what was found against the store, probe
+/// and write what changed, then record what is gone and the folders seen.
 pub fn scan(
     db: &mut Store,
     opts: &ScanOptions,
@@ -673,20 +230,8 @@ pub fn scan(
     let started_ns = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i64);
-    let mut summary = ScanSummary::default();
-    let wanted = |name: &str| !name.starts_with("._") && !extension_in(name, NOT_AUDIO);
-    // Folders are recorded for one root walked without following symlinks
-    // (every folder reached once, by one path).
-    let devices = match roots.as_slice() {
-        [root] if !opts.follow_symlinks => trusted_devices(root),
-        _ => Vec::new(),
-    };
-    db.read_mapped(true)?;
-    let previous = if devices.is_empty() {
-        ScannedDirs::default()
-    } else {
-        db.scanned_dirs()?
-    };
+
+    let (devices, previous) = read_folder_record(db, &roots, opts)?;
     tracing::debug!(
         "read {} recorded folders at {:?}",
         previous.len(),
@@ -700,44 +245,20 @@ pub fn scan(
     // The store's stamps are read while the walk runs, unless the record
     // of folders may well show that nothing changed.
     let expect_unchanged = cache.as_ref().is_some_and(|c| !c.previous.is_empty());
-    let (mut walked, known) = std::thread::scope(|s| {
-        let walk = s.spawn(|| {
-            let on_progress = |n| progress(Progress::Walking(n));
-            crate::scan::walk::walk(
-                &roots,
-                opts.follow_symlinks,
-                opts.threads.walk,
-                &wanted,
-                &on_progress,
-                cache.as_ref(),
-            )
-        });
-        let known = (!expect_unchanged).then(|| load_known(db));
-        (walk.join().expect("walk panicked"), known)
-    });
+    let (mut walked, known) = walk_roots(db, &roots, opts, cache.as_ref(), expect_unchanged, progress);
     tracing::debug!(
         "walked {} files on {} threads at {:?}",
         walked.files.len(),
         walked.threads,
         started.elapsed()
     );
-    if let Some(link) = &walked.a_link_not_followed {
-        // A library of albums linked in from elsewhere would otherwise
-        // scan as empty with no word why.
-        let links = match walked.links_not_followed {
-            1 => "a symbolic link".to_string(),
-            n => format!("{n} symbolic links, such as"),
-        };
-        tracing::warn!(
-            "not following {links} {}: scan with --follow-symlinks to include what they point to",
-            link.display()
-        );
-    }
+    say_links_not_followed(&walked);
     if expect_unchanged && nothing_changed(&walked) {
         let mut summary = finish_unchanged(db, &walked, &previous, started_ns)?;
         summary.elapsed = started.elapsed();
         return Ok(summary);
     }
+
     let (known, mut known_failures) = match known {
         Some(known) => known?,
         None => load_known(db)?,
@@ -745,36 +266,17 @@ pub fn scan(
     db.read_mapped(false)?;
     tracing::debug!("read stamps from the store at {:?}", started.elapsed());
     add_reused_files(&mut walked, &previous);
+    let mut summary = ScanSummary::default();
     summary.skipped += walked.skipped + walked.reused.skipped_by_name;
     summary.failed += walked.failures.len() as u64;
     summary.failures.extend(walked.failures.iter().cloned());
-
     let Compared {
         todo,
         mut kinds,
         seen,
     } = compare(&walked, &known, &mut known_failures, &mut summary);
-    let unchanged_failures: HashSet<&str> = walked
-        .files
-        .iter()
-        .zip(&kinds)
-        .filter(|(_, kind)| **kind == Some(EntryKind::Failure))
-        .map(|((path, _), _)| path.as_str())
-        .collect();
-    name_unchanged_failures(db, &unchanged_failures, &mut summary)?;
-    let missing_rows: Vec<usize> = (0..known.len())
-        .filter(|&row| !seen[row] && under_roots(known.path(row), &roots))
-        .filter(|&row| {
-            // Not taken for gone: a folder that failed to list (a network
-            // share's hiccup, a permission) would otherwise lose its tracks
-            // and their edits to --prune.
-            let kept = walked.unreadable.iter().any(|u| at_or_under(known.path(row), u));
-            summary.unreadable += u64::from(kept);
-            !kept
-        })
-        .collect();
-    let mut missing: Vec<i64> = missing_rows.iter().map(|&row| known.id(row)).collect();
-    missing.sort_unstable();
+    name_failures_found_unchanged(db, &walked, &kinds, &mut summary)?;
+    let missing_rows = tracks_without_files(&known, &seen, &walked, &roots, &mut summary);
     let mut moved_from = MoveCandidates {
         roots: roots.clone(),
         // A library moved or mounted elsewhere and scanned at its new path:
@@ -790,9 +292,9 @@ pub fn scan(
         .into_keys()
         .filter(|p| under_roots(p, &roots))
         .collect();
+
     progress(Progress::Probing(todo.len() as u64));
     tracing::debug!("{} files to probe at {:?}", todo.len(), started.elapsed());
-
     let mut moved = HashSet::new();
     let mut results = Results {
         moved_from: &mut moved_from,
@@ -802,50 +304,192 @@ pub fn scan(
     };
     let sha256 = results.moved_from.may_want_sha256(db)?;
     probe_and_write(db, opts.threads.probe, sha256, todo, &mut results, progress)?;
-
     tracing::debug!("probed and written at {:?}", started.elapsed());
-    let still_missing: HashSet<i64> = missing.into_iter().filter(|id| !moved.contains(id)).collect();
+
+    let still_missing: HashSet<i64> = missing_rows
+        .iter()
+        .map(|&row| known.id(row))
+        .filter(|id| !moved.contains(id))
+        .collect();
+    let folders = cache.is_some().then_some(Folders {
+        walked: &walked,
+        kinds: &kinds,
+        previous: &previous,
+        roots: &roots,
+        scan_started_ns: started_ns,
+    });
+    let gone = Gone {
+        failures: &gone_failures,
+        tracks: &still_missing,
+        known: &known,
+    };
+    record_what_is_gone(db, opts, &roots, &gone, folders.as_ref(), &mut summary)?;
+    summary.failures.sort_unstable();
+    summary.elapsed = started.elapsed();
+    Ok(summary)
+}
+
+/// The devices whose folders this scan may take from the record, and the
+/// record: only for one root walked without following symlinks (every
+/// folder reached once, by one path).
+fn read_folder_record(
+    db: &Store,
+    roots: &[PathBuf],
+    opts: &ScanOptions,
+) -> anyhow::Result<(Vec<u64>, ScannedDirs)> {
+    let devices = match roots {
+        [root] if !opts.follow_symlinks => trusted_devices(root),
+        _ => Vec::new(),
+    };
+    db.read_mapped(true)?;
+    let previous = if devices.is_empty() {
+        ScannedDirs::default()
+    } else {
+        db.scanned_dirs()?
+    };
+    Ok((devices, previous))
+}
+
+/// What the store knows of tracks and failures, by path.
+type Known = (KnownStamps, PathMap<Stamps>);
+
+/// Walks the roots; meanwhile reads the store's stamps on this thread,
+/// unless `expect_unchanged` (then they may not be needed at all).
+fn walk_roots(
+    db: &Store,
+    roots: &[PathBuf],
+    opts: &ScanOptions,
+    cache: Option<&DirCache<'_>>,
+    expect_unchanged: bool,
+    progress: &(dyn Fn(Progress) + Sync),
+) -> (Walked, Option<store::Result<Known>>) {
+    let wanted = |name: &str| !name.starts_with("._") && !extension_in(name, NOT_AUDIO);
+    std::thread::scope(|s| {
+        let walk = s.spawn(|| {
+            let on_progress = |n| progress(Progress::Walking(n));
+            walk::walk(
+                roots,
+                opts.follow_symlinks,
+                opts.threads.walk,
+                &wanted,
+                &on_progress,
+                cache,
+            )
+        });
+        let known = (!expect_unchanged).then(|| load_known(db));
+        (walk.join().expect("walk panicked"), known)
+    })
+}
+
+/// Says which symbolic links the walk did not follow: a library of albums
+/// linked in from elsewhere would otherwise scan as empty with no word why.
+fn say_links_not_followed(walked: &Walked) {
+    if let Some(link) = &walked.a_link_not_followed {
+        let links = match walked.links_not_followed {
+            1 => "a symbolic link".to_string(),
+            n => format!("{n} symbolic links, such as"),
+        };
+        tracing::warn!(
+            "not following {links} {}: scan with --follow-symlinks to include what they point to",
+            link.display()
+        );
+    }
+}
+
+/// Names the failures found unchanged (not probed again), with the
+/// reasons recorded.
+fn name_failures_found_unchanged(
+    db: &Store,
+    walked: &Walked,
+    kinds: &[Option<EntryKind>],
+    summary: &mut ScanSummary,
+) -> anyhow::Result<()> {
+    let unchanged_failures: HashSet<&str> = walked
+        .files
+        .iter()
+        .zip(kinds)
+        .filter(|(_, kind)| **kind == Some(EntryKind::Failure))
+        .map(|((path, _), _)| path.as_str())
+        .collect();
+    name_unchanged_failures(db, &unchanged_failures, summary)
+}
+
+/// The rows of tracks under the roots whose files the walk did not find.
+/// Not taken for gone: tracks under a folder that failed to list (a
+/// network share's hiccup, a permission), which would otherwise lose
+/// their tracks and their edits to --prune; they are counted apart.
+fn tracks_without_files(
+    known: &KnownStamps,
+    seen: &[bool],
+    walked: &Walked,
+    roots: &[PathBuf],
+    summary: &mut ScanSummary,
+) -> Vec<usize> {
+    (0..known.len())
+        .filter(|&row| !seen[row] && under_roots(known.path(row), roots))
+        .filter(|&row| {
+            let kept = walked.unreadable.iter().any(|u| at_or_under(known.path(row), u));
+            summary.unreadable += u64::from(kept);
+            !kept
+        })
+        .collect()
+}
+
+/// What a scan found gone: recorded failures whose files are gone, and
+/// tracks whose files are gone and did not move.
+struct Gone<'a> {
+    failures: &'a [String],
+    tracks: &'a HashSet<i64>,
+    known: &'a KnownStamps,
+}
+
+/// The scan's last transaction: forgets failures whose files are gone,
+/// removes (with --prune) or counts tracks whose files are gone, records
+/// the folders seen (or forgets the record below the roots), trims the
+/// change log.
+fn record_what_is_gone(
+    db: &mut Store,
+    opts: &ScanOptions,
+    roots: &[PathBuf],
+    gone: &Gone<'_>,
+    folders: Option<&Folders<'_>>,
+    summary: &mut ScanSummary,
+) -> anyhow::Result<()> {
     let tx = db.write()?;
-    for path in &gone_failures {
+    for path in gone.failures {
         store::remove_failure(&tx, path)?;
     }
     if opts.prune {
-        for &id in &still_missing {
+        for &id in gone.tracks {
             store::remove_track(&tx, id)?;
         }
         store::delete_orphan_art(&tx)?;
-        summary.removed = still_missing.len() as u64;
+        summary.removed = gone.tracks.len() as u64;
     } else {
-        summary.missing = still_missing.len() as u64;
+        summary.missing = gone.tracks.len() as u64;
     }
-    if cache.is_some() {
-        // Folders holding (at any depth) a track kept without its file are
-        // listed again next time, so that it is reported again.
-        let kept: Vec<&str> = (0..known.len())
-            .filter(|&row| !opts.prune && still_missing.contains(&known.id(row)))
-            .map(|row| known.path(row))
-            .collect();
-        let folders = Folders {
-            walked: &walked,
-            kinds: &kinds,
-            previous: &previous,
-            roots: &roots,
-            scan_started_ns: started_ns,
-        };
-        folders.record(&tx, &ancestors(&kept))?;
-    } else {
-        // Files found through symlinks or several roots at once are not in
-        // the record: below these roots it would no longer tell the whole
-        // story.
-        for root in &roots {
-            store::forget_scanned_dirs_under(&tx, &path_to_text(root))?;
+    match folders {
+        Some(folders) => {
+            // Folders holding (at any depth) a track kept without its file
+            // are listed again next time, so that it is reported again.
+            let kept: Vec<&str> = (0..gone.known.len())
+                .filter(|&row| !opts.prune && gone.tracks.contains(&gone.known.id(row)))
+                .map(|row| gone.known.path(row))
+                .collect();
+            folders.record(&tx, &ancestors(&kept))?;
+        }
+        None => {
+            // Files found through symlinks or several roots at once are not
+            // in the record: below these roots it would no longer tell the
+            // whole story.
+            for root in roots {
+                store::forget_scanned_dirs_under(&tx, &path_to_text(root))?;
+            }
         }
     }
     store::trim_change_log(&tx, CHANGE_LOG_KEEP)?;
     tx.commit()?;
-    summary.failures.sort_unstable();
-    summary.elapsed = started.elapsed();
-    Ok(summary)
+    Ok(())
 }
 
 /// Ends a scan that found every folder as recorded and every file
@@ -898,27 +542,6 @@ fn finish_unchanged(
         summary.failures.sort_unstable();
     }
     Ok(summary)
-}
-
-/// The files of folders taken from the record that a scan refused before.
-fn recorded_failures(walked: &Walked, previous: &ScannedDirs) -> Vec<String> {
-    let mut out = Vec::new();
-    for dir in walked.dirs.iter().filter(|d| d.from_record) {
-        let Some(recorded) = previous.get(&dir.path) else {
-            continue;
-        };
-        let Some(entries) = recorded.entries() else {
-            continue;
-        };
-        out.extend(
-            entries
-                .iter()
-                .filter(|e| e.kind == EntryKind::Failure)
-                .filter_map(|e| e.name.to_str().ok())
-                .map(|name| format!("{}/{name}", dir.path)),
-        );
-    }
-    out
 }
 
 /// Lists, with the reasons recorded when they were probed, the failures a
@@ -996,313 +619,9 @@ fn compare<'a>(
     out
 }
 
-/// Probes the files on `jobs` threads while this one writes the results;
-/// `sha256` as for [`worker`].
-fn probe_and_write<'a>(
-    db: &mut Store,
-    jobs: usize,
-    sha256: bool,
-    todo: Vec<Job<'a>>,
-    results: &mut Results<'_>,
-    progress: &dyn Fn(Progress),
-) -> anyhow::Result<()> {
-    let (res_tx, res_rx) = bounded::<Vec<Outcome<'a>>>(jobs);
-    let todo = Jobs {
-        todo: &todo,
-        next: AtomicUsize::new(0),
-    };
-    std::thread::scope(|s| {
-        let bytes_per_send = RESULT_BYTES_UNSENT / jobs.max(1);
-        for _ in 0..jobs.max(1) {
-            let (todo, results) = (&todo, res_tx.clone());
-            s.spawn(move || worker(todo, results, sha256, bytes_per_send));
-        }
-        drop(res_tx);
-        write_results(db, res_rx, results, progress)
-    })
-}
-
 /// The store's stamps of every track and recorded failure.
 fn load_known(db: &Store) -> store::Result<(KnownStamps, PathMap<Stamps>)> {
     Ok((db.known_stamps()?, db.failure_stamps()?))
-}
-
-/// Devices whose folders may be recorded and taken from the record: the
-/// root's, if it is on local storage ([`FsKind::Local`]: elsewhere a
-/// folder's times need not change with its entries).
-fn trusted_devices(root: &Path) -> Vec<u64> {
-    if fs_kind::of_path(root) != FsKind::Local {
-        return Vec::new();
-    }
-    crate::scan::walk::identity(root)
-        .map(|(device, _)| vec![device])
-        .unwrap_or_default()
-}
-
-/// Whether the walk took every folder from the record and found every
-/// file as it was.
-fn nothing_changed(walked: &Walked) -> bool {
-    walked.files.is_empty()
-        && walked.failures.is_empty()
-        && walked.unreadable.is_empty()
-        && (walked.dirs_listed == 0 || walked.dirs.iter().all(|d| d.from_record))
-}
-
-/// Adds the files and subfolders of folders taken from the record to
-/// what the walk found, as if they had been listed.
-fn add_reused_files(walked: &mut Walked, previous: &ScannedDirs) {
-    let walked_dirs: HashSet<String> = walked.dirs.iter().map(|d| d.path.clone()).collect();
-    for dir in walked.dirs.iter_mut().filter(|d| d.from_record) {
-        let Some(recorded) = previous.get(&dir.path) else {
-            continue;
-        };
-        let entries = recorded.entries();
-        let start = walked.files.len();
-        for entry in entries.into_iter().flatten() {
-            let Ok(name) = entry.name.to_str() else {
-                dir.recordable = false;
-                continue;
-            };
-            if entry.kind == EntryKind::Dir {
-                // A recorded subfolder the walk could not read (the record
-                // lies, or it went away during the walk): list this folder
-                // next time rather than record it again.
-                if !walked_dirs.contains(&format!("{}/{name}", dir.path)) {
-                    dir.recordable = false;
-                }
-                dir.subdirs.push(name.to_string());
-            } else {
-                walked.files.push((format!("{}/{name}", dir.path), entry.stamps));
-            }
-        }
-        dir.files = start..walked.files.len();
-        dir.skipped_by_name = recorded.skipped_by_name;
-    }
-}
-
-/// Every folder above the given paths (each path's parent, its parent ...).
-fn ancestors<'a>(paths: &[&'a str]) -> HashSet<&'a str> {
-    let mut out = HashSet::new();
-    for path in paths {
-        let mut rest = *path;
-        while let Some((parent, _)) = rest.rsplit_once('/') {
-            if parent.is_empty() || !out.insert(parent) {
-                break;
-            }
-            rest = parent;
-        }
-    }
-    out
-}
-
-/// What a scan found in each folder, to record for the next one.
-struct Folders<'a> {
-    walked: &'a Walked,
-    kinds: &'a [Option<EntryKind>],
-    previous: &'a ScannedDirs,
-    roots: &'a [PathBuf],
-    scan_started_ns: i64,
-}
-
-impl Folders<'_> {
-    /// Records every folder walked whose entries are all known, except
-    /// those in `relist`; forgets the others and those no longer found.
-    fn record(&self, tx: &store::Transaction, relist: &HashSet<&str>) -> anyhow::Result<()> {
-        let mut walked = HashSet::new();
-        for dir in &self.walked.dirs {
-            walked.insert(dir.path.as_str());
-            let found = (dir.recordable && !relist.contains(dir.path.as_str()))
-                .then(|| self.found_in(dir))
-                .flatten();
-            let previous = self.previous.get(&dir.path);
-            match found {
-                Some(found) if outdated(previous.as_ref(), &found) => {
-                    store::save_scanned_dir(tx, &dir.path, &found)?
-                }
-                Some(_) => {}
-                None if previous.is_some() => store::forget_scanned_dir(tx, &dir.path)?,
-                None => {}
-            }
-        }
-        for path in self.previous.paths() {
-            let walkable = under_roots(path, self.roots);
-            if walkable && !walked.contains(path) {
-                store::forget_scanned_dir(tx, path)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The folder as this scan left it, if every file in it has a kind.
-    fn found_in(&self, dir: &crate::scan::walk::WalkedDir) -> Option<ScannedDir<'static>> {
-        let no_stamps = Stamps {
-            size: 0,
-            mtime_ns: 0,
-            ctime_ns: 0,
-        };
-        let mut names = Vec::new();
-        let mut entries = Vec::new();
-        for sub in &dir.subdirs {
-            names.push((CString::new(sub.as_str()).ok()?, EntryKind::Dir, no_stamps));
-        }
-        for index in dir.files.clone() {
-            let (path, stamps) = &self.walked.files[index];
-            let name = path.get(dir.path.len() + 1..)?;
-            names.push((CString::new(name).ok()?, self.kinds[index]?, *stamps));
-        }
-        for (name, kind, stamps) in &names {
-            entries.push(DirEntry {
-                name,
-                kind: *kind,
-                stamps: *stamps,
-            });
-        }
-        Some(ScannedDir::new(
-            dir.stamp,
-            self.scan_started_ns,
-            dir.skipped_by_name,
-            entries,
-        ))
-    }
-}
-
-/// Whether a folder's record must be written again to say what this scan
-/// found: it has none, another stamp or other entries, or one written too
-/// soon after the folder changed to be trusted.
-fn outdated(previous: Option<&ScannedDir<'_>>, found: &ScannedDir<'_>) -> bool {
-    previous.is_none_or(|p| {
-        !p.settled()
-            || p.stamp != found.stamp
-            || p.skipped_by_name != found.skipped_by_name
-            || p.entries() != found.entries()
-    })
-}
-
-/// What the writer updates besides the store.
-struct Results<'a> {
-    /// Tracks whose files are gone: a new file with one's fingerprint is
-    /// that track, moved.
-    moved_from: &'a mut MoveCandidates,
-    moved: &'a mut HashSet<i64>,
-    /// What each file of the walk turned out to be.
-    kinds: &'a mut [Option<EntryKind>],
-    summary: &'a mut ScanSummary,
-}
-
-/// The single writer: applies results in batched transactions. Each
-/// result is written as it comes (while the probes go on), and the
-/// transaction is committed once it has a batch, holds
-/// [`HELD_PICTURE_BYTES`] of new pictures, or has gathered for a while:
-/// each commit rewrites the pages it touched into the WAL, and results
-/// come a few at a time. New pictures are stored at the batch's end
-/// ([`store::HeldPictures`]); held rows instead would leave the probes
-/// waiting on the writer's burst (a first scan of 20,000 tracks with 2,000
-/// covers took 15% longer).
-fn write_results(
-    db: &mut Store,
-    results: Receiver<Vec<Outcome<'_>>>,
-    out: &mut Results<'_>,
-    progress: &dyn Fn(Progress),
-) -> anyhow::Result<()> {
-    let mut held = store::HeldPictures::default();
-    while let Ok(first) = results.recv() {
-        let tx = db.write()?;
-        let deadline = Instant::now() + GATHER;
-        let mut next = Some(first);
-        let mut written = 0;
-        while let Some(outcomes) = next.take() {
-            for outcome in outcomes {
-                progress(Progress::Probed);
-                write_outcome(&tx, outcome, &mut held, out)?;
-                written += 1;
-            }
-            if written < BATCH && held.bytes() < HELD_PICTURE_BYTES {
-                next = results.recv_deadline(deadline).ok();
-            }
-        }
-        held.store(&tx)?;
-        tx.commit()?;
-    }
-    Ok(())
-}
-
-/// Bytes of new pictures a batch holds at most before it stores them.
-const HELD_PICTURE_BYTES: usize = 4 << 20;
-
-/// Writes one probe's result; the pictures of a new track go to `held`.
-fn write_outcome(
-    tx: &store::Transaction<'_>,
-    outcome: Outcome<'_>,
-    held: &mut store::HeldPictures,
-    out: &mut Results<'_>,
-) -> anyhow::Result<()> {
-    let Results {
-        moved_from,
-        moved,
-        kinds,
-        summary,
-    } = out;
-    match outcome {
-        Outcome::Scanned(job, mut probed) => {
-            kinds[job.index] = Some(EntryKind::Track);
-            let was_moved = match job.existing {
-                None => moved_from.take(tx, probed.fingerprints(), job.path)?,
-                Some(_) => None,
-            };
-            let track = &mut probed.track;
-            if let Some((id, old)) = was_moved {
-                if !under_roots(&old, &moved_from.roots) {
-                    // Its folder's record (from a scan of that
-                    // root) no longer tells the truth: a file
-                    // there is no longer a track.
-                    if let Some((folder, _)) = old.rsplit_once('/') {
-                        store::forget_scanned_dir(tx, folder)?;
-                    }
-                }
-                store::move_track(tx, id, track)?;
-                moved.insert(id);
-                summary.moved += 1;
-            } else {
-                match job.existing {
-                    Some(id) => {
-                        store::write_scanned(tx, track, Some(id))?;
-                        summary.updated += 1;
-                    }
-                    None => {
-                        store::add_scanned(tx, track, held)?;
-                        summary.added += 1;
-                    }
-                }
-            }
-        }
-        Outcome::Failed(job, ProbeError::UnknownFormat | ProbeError::Empty)
-            if !extension_in(job.path, AUDIO) && !extension_in(job.path, UNSERVED_AUDIO) =>
-        {
-            kinds[job.index] = Some(EntryKind::NotAudio);
-            summary.skipped += 1;
-        }
-        Outcome::Failed(job, err) => {
-            let reason = match err {
-                // Audio the user will look for in the mount: say why it is not there.
-                ProbeError::UnknownFormat if extension_in(job.path, UNSERVED_AUDIO) => {
-                    format!(
-                        "unsupported audio format (.{}): retagfs serves FLAC, MP3, MP4/M4A, \
-                         Ogg Vorbis, Ogg Opus and WAV",
-                        extension(job.path)
-                    )
-                }
-                err => err.to_string(),
-            };
-            // A track that was fine before keeps its row (and its
-            // edited tags); its changed stamps keep it from being served.
-            tracing::info!("{}: {reason}", job.path);
-            store::record_failure(tx, job.path, job.stamps, &reason)?;
-            kinds[job.index] = Some(EntryKind::Failure);
-            summary.failed += 1;
-            summary.failures.push((job.path.to_string(), reason));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
