@@ -4,7 +4,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use retagfs_formats::{keys, sniffed_art};
+use retagfs_formats::sniffed_art;
+use retagfs_formats::tags::keys;
 use retagfs_fuse::mounted::{self, View};
 use retagfs_store::{self as store, TrackRow};
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use retagfs_formats::keys;
+use retagfs_formats::tags::keys;
 use retagfs_store::{Store, StoreError, TrackRow};
 
 /// One entry: a track and the keys to replace. Other fields of `export`

@@ -6,12 +6,12 @@ use std::borrow::Cow;
 use retagfs_store::{ArtLink, ScannedPicture};
 
 use crate::error::{malformed, ProbeError, Result};
-use crate::id3v2_read;
 use crate::layout::Layout;
-use crate::picture::{flac_picture_header, flac_picture_len, parse_flac_picture, PictureFields};
 use crate::probe::Probe;
 use crate::source::{be_u24, Source, MAX_READ};
-use crate::vorbis_comment;
+use crate::tags::id3v2_read;
+use crate::tags::picture::{flac_picture_header, flac_picture_len, parse_flac_picture, PictureFields};
+use crate::tags::vorbis_comment;
 use crate::Format;
 
 pub const STREAMINFO: u8 = 0;

@@ -6,37 +6,26 @@
 //! through [`Source`], layouts are plain data that the reader in
 //! `retagfs-core` turns into bytes.
 
-mod ape;
 mod error;
 mod flac;
-mod genres;
-mod id3v1;
-mod id3v2_read;
-mod id3v2_write;
-pub mod keys;
 mod layout;
 mod mp3;
 mod mp4;
-mod mp4_samples;
-mod mp4_synth;
 mod ogg;
-mod ogg_pages;
-mod picture;
 mod probe;
 mod sniff;
 mod source;
 mod synth;
-mod text;
-mod vorbis_comment;
+pub mod tags;
 mod wav;
 
 pub use error::ProbeError;
-pub use id3v2_write::Id3Version;
 pub use layout::SegmentSource;
 pub use layout::{Layout, Segment};
-pub use picture::sniffed_art;
 pub use probe::{probe, Probe};
 pub use retagfs_store::Format;
 pub use sniff::{format_mismatch, sniff};
 pub use source::{ReadAt, Source};
 pub use synth::{synthesize, synthesized_len, FlacBlockLen, SynthesisInput, SynthesisOptions};
+pub use tags::id3v2_write::Id3Version;
+pub use tags::picture::sniffed_art;

@@ -2,10 +2,13 @@
 //! frames (including a Xing/Info/LAME frame) in between.
 
 use crate::error::{malformed, Result};
-use crate::keys::{merge_missing, TagList};
 use crate::probe::Probe;
 use crate::source::Source;
-use crate::{ape, id3v1, id3v2_read, Format};
+use crate::tags::ape;
+use crate::tags::id3v1;
+use crate::tags::id3v2_read;
+use crate::tags::keys::{merge_missing, TagList};
+use crate::Format;
 
 /// How far past the tags the first frame may start (encoders and taggers
 /// sometimes leave padding there).

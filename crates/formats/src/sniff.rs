@@ -2,7 +2,8 @@
 
 use crate::error::{ProbeError, Result};
 use crate::source::Source;
-use crate::{id3v2_read, mp3, ogg, Format};
+use crate::tags::id3v2_read;
+use crate::{mp3, ogg, Format};
 
 /// The format of a file, or `None` if it is not one retagfs serves.
 pub fn sniff(src: &Source<'_>) -> Result<Option<Format>> {

@@ -2,11 +2,11 @@
 
 use retagfs_store::{ArtLink, BackingPart, TrackRow};
 
-use crate::id3v2_write::{self, Id3Version};
 use crate::layout::Layout;
 use crate::source::ReadAt;
-use crate::vorbis_comment::served_vendor;
-use crate::{flac, mp4_synth, ogg, wav, Format};
+use crate::tags::id3v2_write::{self, Id3Version};
+use crate::tags::vorbis_comment::served_vendor;
+use crate::{flac, mp4, ogg, wav, Format};
 
 /// Choices of the mount that change the served bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -79,7 +79,7 @@ fn synthesize_format(input: &SynthesisInput<'_>) -> Result<Layout, String> {
         ),
         Format::Mp4 => {
             let backing = input.backing.ok_or("MP4 synthesis needs the backing file")?;
-            mp4_synth::synthesize(
+            mp4::synthesis::synthesize(
                 input.parts,
                 input.tags,
                 input.art,
@@ -138,7 +138,7 @@ pub fn synthesized_len(
             art,
             track.audio_length,
         ),
-        Format::Mp4 => mp4_synth::synthesized_len(parts, tags, art).unwrap_or(track.stamps.size),
+        Format::Mp4 => mp4::synthesis::synthesized_len(parts, tags, art).unwrap_or(track.stamps.size),
         _ => synthesize(&SynthesisInput {
             track,
             tags,

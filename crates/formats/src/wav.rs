@@ -15,12 +15,12 @@
 use retagfs_store::{ArtLink, BackingPart, PartKind};
 
 use crate::error::{malformed, ProbeError, Result};
-use crate::id3v2_read;
-use crate::id3v2_write::{self, Id3Version};
-use crate::keys::{self, merge_missing, TagList};
 use crate::layout::Layout;
 use crate::probe::Probe;
 use crate::source::{le_u32, Source};
+use crate::tags::id3v2_read;
+use crate::tags::id3v2_write::{self, Id3Version};
+use crate::tags::keys::{self, merge_missing, TagList};
 use crate::Format;
 
 /// The RIFF size field counts everything after its own 8 bytes.

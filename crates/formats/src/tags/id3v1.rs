@@ -1,8 +1,8 @@
 //! ID3v1 / ID3v1.1 tags: the last 128 bytes of a file (and the 227-byte
 //! enhanced `TAG+` block before them).
 
-use crate::genres;
-use crate::keys::TagList;
+use crate::tags::genres;
+use crate::tags::keys::TagList;
 
 pub const LEN: u64 = 128;
 pub const ENHANCED_LEN: u64 = 227;

@@ -5,10 +5,10 @@ use base64::Engine;
 use retagfs_store::ScannedPicture;
 
 use crate::error::{malformed, Result};
-use crate::keys::{self, TagList};
-use crate::picture::parse_flac_picture;
 use crate::source::le_u32;
-use crate::text::lossy;
+use crate::tags::keys::{self, TagList};
+use crate::tags::picture::parse_flac_picture;
+use crate::tags::text::lossy;
 
 /// Tags and pictures found in a comment list.
 pub struct Comments {

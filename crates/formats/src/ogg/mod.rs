@@ -2,17 +2,20 @@
 //! span pages and share a page with the setup header), find where the
 //! audio pages start.
 
+pub(crate) mod pages;
+
 use std::sync::Arc;
 
 use retagfs_store::{ArtLink, BackingPart, PartKind};
 
 use crate::error::{malformed, ProbeError, Result};
 use crate::layout::Layout;
-use crate::ogg_pages::{self, AudioPages, Base64, HeaderPage, StreamSerial};
-use crate::picture::flac_picture_header;
 use crate::probe::Probe;
 use crate::source::{le_u32, Source, MAX_READ};
-use crate::{vorbis_comment, Format};
+use crate::tags::picture::flac_picture_header;
+use crate::tags::vorbis_comment;
+use crate::Format;
+use pages::{AudioPages, Base64, HeaderPage, StreamSerial};
 
 const PAGE_HEADER_LEN: u64 = 27;
 
@@ -98,7 +101,7 @@ pub fn probe(src: &Source<'_>, format: Format) -> Result<Probe> {
             return malformed("Ogg header packets larger than the read limit");
         }
         let whole = src.read(pos, page.end() - pos, "Ogg header page")?;
-        if !ogg_pages::checksum_ok(&whole) {
+        if !pages::checksum_ok(&whole) {
             return malformed(format!("Ogg header page at offset {pos} fails its checksum"));
         }
         let body = &whole[(page.body_at - pos) as usize..];
@@ -169,7 +172,7 @@ pub fn probe(src: &Source<'_>, format: Format) -> Result<Probe> {
 /// How many bytes of audio pages a scan walks from the first audio page,
 /// and how many it checks at the end of the file. The pages between are
 /// walked when they are read (damage there is served as it is, see
-/// `ogg_pages::AudioPages`): a first scan must not read a whole library of
+/// `pages::AudioPages`): a first scan must not read a whole library of
 /// Ogg files.
 const WALKED_FIRST: u64 = 64 << 10;
 const CHECKED_LAST: u64 = 128 << 10;
@@ -234,7 +237,7 @@ fn walk_pages(
                 "page sequence numbers do not follow the header pages".into(),
             ));
         }
-        match ogg_pages::declared_page_len(h, 0) {
+        match pages::declared_page_len(h, 0) {
             Some(len) if pos + len as u64 <= size => pos += len as u64,
             _ => return Err(runs_past_the_end(pos)),
         }
@@ -294,7 +297,7 @@ fn follow_pages(tail: &[u8], start: usize, from: u64, serial: u32) -> ChainEnd {
         if !h.starts_with(b"OggS\0") {
             return ChainEnd::NotAPage(pos);
         }
-        match ogg_pages::declared_page_len(h, 0) {
+        match pages::declared_page_len(h, 0) {
             Some(len) if len <= h.len() => {
                 problem = problem.or_else(|| stream_problem(h, from + pos as u64, serial));
                 pos += len;
@@ -374,8 +377,8 @@ pub fn synthesize(
     }
     stream.shrink_to_fit();
     let stream = Arc::new(stream);
-    let plans = ogg_pages::paginate_into(&packet_lens, original_pages)
-        .unwrap_or_else(|| ogg_pages::paginate(&packet_lens));
+    let plans =
+        pages::paginate_into(&packet_lens, original_pages).unwrap_or_else(|| pages::paginate(&packet_lens));
     let new_header_pages = 1 + plans.len() as u32;
     let serial = Arc::new(StreamSerial::new(first.offset));
     let mut layout = Layout::default();
@@ -408,7 +411,7 @@ const MAX_PADDING: u64 = 64 << 10;
 /// skip) give the header packets a lacing value for each of `pages`
 /// pages, when they have fewer and the padding is small.
 fn padding_to_fill(pages: usize, comment_len: u64, setup_len: Option<u64>) -> u64 {
-    let lacing = ogg_pages::lacing_count(comment_len) + setup_len.map_or(0, ogg_pages::lacing_count);
+    let lacing = pages::lacing_count(comment_len) + setup_len.map_or(0, pages::lacing_count);
     let padding = (pages as u64).saturating_sub(lacing) * 255;
     if padding <= MAX_PADDING {
         padding

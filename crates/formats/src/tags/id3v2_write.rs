@@ -11,8 +11,8 @@ use id3::frame::{Comment, Content, ExtendedText, Lyrics, Picture, PictureType, U
 use id3::{Frame, Tag, TagLike, Version};
 use retagfs_store::ArtLink;
 
-use crate::keys;
 use crate::layout::Layout;
+use crate::tags::keys;
 
 /// Which ID3v2 version is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -293,8 +293,8 @@ fn v23_date_frames(date: &str) -> Vec<Frame> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::id3v2_read::read_tag_bytes;
-    use crate::keys::TagList;
+    use crate::tags::id3v2_read::read_tag_bytes;
+    use crate::tags::keys::TagList;
 
     fn tags(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs

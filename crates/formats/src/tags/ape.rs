@@ -3,10 +3,10 @@
 use retagfs_store::ScannedPicture;
 
 use crate::error::{malformed, Result};
-use crate::keys::TagList;
-use crate::picture::picture;
 use crate::source::{le_u32, Source};
-use crate::text::lossy;
+use crate::tags::keys::TagList;
+use crate::tags::picture::picture;
+use crate::tags::text::lossy;
 
 const FOOTER_LEN: u64 = 32;
 

@@ -6,10 +6,10 @@ use id3::TagLike;
 use retagfs_store::ScannedPicture;
 
 use crate::error::Result;
-use crate::genres;
-use crate::keys::{self, TagList};
-use crate::picture::picture;
 use crate::source::Source;
+use crate::tags::genres;
+use crate::tags::keys::{self, TagList};
+use crate::tags::picture::picture;
 
 /// Size of an ID3v2 header (and footer).
 const HEADER_LEN: u64 = 10;

@@ -4,11 +4,11 @@
 
 use retagfs_store::{ArtLink, BackingPart, PartKind};
 
-use crate::keys;
 use crate::layout::Layout;
 use crate::mp4::{children, find, slice, Atom};
 use crate::source::{ReadAt, Source};
-use crate::vorbis_comment::field_name;
+use crate::tags::keys;
+use crate::tags::vorbis_comment::field_name;
 
 /// `hdlr` of an iTunes metadata `meta`: version/flags, pre-defined,
 /// handler type `mdir`, reserved (`appl` and zeros), empty name.

@@ -1,15 +1,18 @@
 //! MP4 / M4A / M4B: walk the atom tree, read the `ilst` items, find `mdat`.
 
+pub(crate) mod samples;
+pub(crate) mod synthesis;
+
 use retagfs_store::{BackingPart, PartKind, ScannedPicture};
 
 use crate::error::{malformed, ProbeError, Result};
-use crate::genres;
-use crate::keys::{self, TagList};
-use crate::picture::picture;
 use crate::probe::Probe;
 use crate::source::{be_u32, Source};
-use crate::text::lossy;
-use crate::{mp4_samples, Format};
+use crate::tags::genres;
+use crate::tags::keys::{self, TagList};
+use crate::tags::picture::picture;
+use crate::tags::text::lossy;
+use crate::Format;
 
 /// One atom: its type, where it starts, its header and total length.
 #[derive(Debug, Clone, Copy)]
@@ -104,7 +107,7 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
     if audio_tracks == 0 {
         return Err(ProbeError::Unsupported("MP4 file without an audio track".into()));
     }
-    mp4_samples::check_playable(src, &audio, &top)?;
+    samples::check_playable(src, &audio, &top)?;
 
     let mut probe = Probe::new(Format::Mp4);
     let slot = ilst_slot(&moov_bytes, &moov, &moov_children)?;
