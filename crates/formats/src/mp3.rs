@@ -1,12 +1,17 @@
 //! MP3: ID3v2 tags in front, ID3v1 / APEv2 / Lyrics3 at the end, MPEG
-//! frames (including a Xing/Info/LAME frame) in between.
+//! frames (including a Xing/Info/LAME frame) in between. Served: one new
+//! ID3v2 tag, then the MPEG frames (no trailing ID3v1 or APEv2).
+
+use retagfs_store::ArtLink;
 
 use crate::error::{malformed, Result};
+use crate::layout::Layout;
 use crate::probe::Probe;
 use crate::source::Source;
 use crate::tags::ape;
 use crate::tags::id3v1;
 use crate::tags::id3v2_read;
+use crate::tags::id3v2_write::{self, Id3Version};
 use crate::tags::keys::{merge_missing, TagList};
 use crate::Format;
 
@@ -128,6 +133,20 @@ fn is_info_frame(frame: &[u8]) -> bool {
     frame[4..frame.len().min(44)]
         .windows(4)
         .any(|w| w == b"Xing" || w == b"Info" || w == b"VBRI")
+}
+
+/// The served file: a fresh ID3v2 tag, then the audio as it is.
+pub fn synthesize(
+    tags: &[(String, String)],
+    art: &[ArtLink],
+    version: Id3Version,
+    audio_offset: u64,
+    audio_length: u64,
+) -> Layout {
+    let mut layout = Layout::default();
+    id3v2_write::push_tag(&mut layout, tags, art, version);
+    layout.push_backing(audio_offset, audio_length);
+    layout
 }
 
 pub fn probe(src: &Source<'_>) -> Result<Probe> {

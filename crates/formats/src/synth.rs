@@ -4,9 +4,9 @@ use retagfs_store::{ArtLink, BackingPart, TrackRow};
 
 use crate::layout::Layout;
 use crate::source::ReadAt;
-use crate::tags::id3v2_write::{self, Id3Version};
+use crate::tags::id3v2_write::Id3Version;
 use crate::tags::vorbis_comment::served_vendor;
-use crate::{flac, mp4, ogg, wav, Format};
+use crate::{flac, mp3, mp4, ogg, wav, Format};
 
 /// Choices of the mount that change the served bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -55,12 +55,13 @@ fn synthesize_format(input: &SynthesisInput<'_>) -> Result<Layout, String> {
             t.audio_offset,
             t.audio_length,
         ),
-        Format::Mp3 => {
-            let mut layout = Layout::default();
-            id3v2_write::push_tag(&mut layout, input.tags, input.art, input.options.id3_version);
-            layout.push_backing(t.audio_offset, t.audio_length);
-            Ok(layout)
-        }
+        Format::Mp3 => Ok(mp3::synthesize(
+            input.tags,
+            input.art,
+            input.options.id3_version,
+            t.audio_offset,
+            t.audio_length,
+        )),
         Format::Wav => wav::synthesize(
             input.parts,
             input.tags,
