@@ -4,8 +4,9 @@
 //! runs: each kind of failure of a track is logged at most once per
 //! [`REPEAT_EVERY`], the next line saying how many were left out.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 /// The least time between two lines about one kind of failure of a track.
@@ -30,7 +31,7 @@ impl FailureLog {
     /// logged: `Some` with a suffix for the line (empty, or how many such
     /// failures were left out since the last line), `None` to leave it out.
     pub fn check(&self, id: i64, kind: &'static str, now: Instant) -> Option<String> {
-        let mut tracks = self.tracks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut tracks = self.tracks.lock();
         if let Some((last, left_out)) = tracks.get_mut(&(id, kind)) {
             if now.saturating_duration_since(*last) < REPEAT_EVERY {
                 *left_out += 1;
@@ -98,10 +99,10 @@ mod tests {
         for id in 0..(REMEMBERED as i64 * 3) {
             assert!(log.check(id, "open", start).is_some());
         }
-        assert!(log.tracks.lock().unwrap().len() <= REMEMBERED);
+        assert!(log.tracks.lock().len() <= REMEMBERED);
         // Forgotten tracks are logged again; the bound holds past the minute.
         let later = start + REPEAT_EVERY;
         assert!(log.check(0, "open", later).is_some());
-        assert!(log.tracks.lock().unwrap().len() <= REMEMBERED);
+        assert!(log.tracks.lock().len() <= REMEMBERED);
     }
 }

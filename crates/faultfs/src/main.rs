@@ -16,12 +16,12 @@
 //! `mode=ok delay_ms=0 meta_delay_ms=0`. Every read reaches this process (direct I/O, no
 //! cache timeouts), so a change applies to the next request.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
@@ -91,7 +91,7 @@ const NO_CACHE: Duration = Duration::ZERO;
 impl FaultFs {
     fn faults(&self) -> Faults {
         let mtime = std::fs::metadata(&self.control).and_then(|m| m.modified()).ok();
-        let mut cached = self.faults.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cached = self.faults.lock();
         if cached.0 != mtime {
             let text = std::fs::read_to_string(&self.control).unwrap_or_default();
             *cached = (mtime, Faults::parse(&text));
@@ -108,16 +108,11 @@ impl FaultFs {
     }
 
     fn path(&self, ino: u64) -> Option<PathBuf> {
-        self.inodes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .0
-            .get(&ino)
-            .cloned()
+        self.inodes.lock().0.get(&ino).cloned()
     }
 
     fn ino(&self, path: &Path) -> u64 {
-        let mut maps = self.inodes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut maps = self.inodes.lock();
         if let Some(&ino) = maps.1.get(path) {
             return ino;
         }
@@ -216,12 +211,9 @@ impl Filesystem for FaultFs {
         };
         match file {
             Ok(file) => {
-                let mut next = self.next_handle.lock().unwrap_or_else(|e| e.into_inner());
+                let mut next = self.next_handle.lock();
                 *next += 1;
-                self.handles
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(*next, file);
+                self.handles.lock().insert(*next, file);
                 reply.opened(FileHandle(*next), FopenFlags::FOPEN_DIRECT_IO);
             }
             Err(e) => reply.error(Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))),
@@ -249,7 +241,7 @@ impl Filesystem for FaultFs {
             Mode::Short => (size / 2).max(1),
             Mode::Ok => size,
         };
-        let handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
+        let handles = self.handles.lock();
         let Some(file) = handles.get(&fh.0) else {
             reply.error(Errno::EBADF);
             return;
@@ -271,10 +263,7 @@ impl Filesystem for FaultFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.handles
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&fh.0);
+        self.handles.lock().remove(&fh.0);
         reply.ok();
     }
 }

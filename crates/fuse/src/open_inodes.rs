@@ -2,8 +2,9 @@
 //! (never holding pages of two versions of a file), with direct I/O, or by
 //! kernel passthrough to the backing file.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use fuser::FopenFlags;
 
@@ -51,7 +52,7 @@ const CLOSED_KEPT: usize = 1 << 18;
 
 impl OpenInodes {
     fn with<T>(&self, ino: u64, f: impl FnOnce(&mut InodeState) -> T) -> T {
-        let mut inodes = self.inodes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut inodes = self.inodes.lock();
         let Inodes { open, closed } = &mut *inodes;
         let state = open.entry(ino).or_insert_with(|| InodeState {
             cached: closed.remove(&ino),
@@ -167,7 +168,7 @@ mod tests {
         let c = OpenInodes::default();
         c.opened(7, 1);
         c.released(7, 1);
-        let inodes = c.inodes.lock().unwrap();
+        let inodes = c.inodes.lock();
         assert!(inodes.open.is_empty());
         assert_eq!(inodes.closed[&7], 1);
         drop(inodes);
@@ -181,7 +182,7 @@ mod tests {
             c.opened(ino, 1);
             c.released(ino, 1);
         }
-        assert_eq!(c.inodes.lock().unwrap().closed.len(), 1, "started over");
+        assert_eq!(c.inodes.lock().closed.len(), 1, "started over");
         assert_eq!(c.opened(0, 1), FopenFlags::empty());
         assert_eq!(c.opened(CLOSED_KEPT as u64, 1), FopenFlags::FOPEN_KEEP_CACHE);
     }

@@ -2,12 +2,13 @@
 //! [`crate::protocol`] encodes for both ways requests arrive (`/dev/fuse`
 //! and FUSE over io_uring). Names, attributes and bytes all come from [`View`].
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{Errno, FileAttr, FileType, FopenFlags, INodeNo};
@@ -241,10 +242,7 @@ impl Server {
             file: Arc::new(file),
             passthrough,
         };
-        self.handles
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(fh, handle);
+        self.handles.lock().insert(fh, handle);
     }
 
     /// A backing file registered with the kernel when it can read this
@@ -279,7 +277,6 @@ impl Server {
         let file = self
             .handles
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .get(&fh)
             .map(|h| h.file.clone())
             .ok_or(Errno::EBADF)?;
@@ -291,7 +288,7 @@ impl Server {
     }
 
     pub(crate) fn release(&self, ino: u64, fh: u64) {
-        let handle = self.handles.lock().unwrap_or_else(|e| e.into_inner()).remove(&fh);
+        let handle = self.handles.lock().remove(&fh);
         match handle {
             Some(h) if h.passthrough => self.open_inodes.released_passthrough(ino),
             Some(h) => self.open_inodes.released(ino, h.file.track.content_version),

@@ -2,8 +2,9 @@
 //! here so that the inputs that once crashed them run in `make test` as
 //! ordinary tests, without the fuzzer. Each function panics only on a bug.
 
+use parking_lot::Mutex;
 use std::io;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use arbitrary::{Result as ArbResult, Unstructured};
 use retagfs_core::{import, Template};
@@ -75,7 +76,7 @@ pub fn import_json(data: &[u8]) {
             .expect("fixture rows");
         Mutex::new((dir, store))
     });
-    let guard = store.lock().unwrap_or_else(|e| e.into_inner());
+    let guard = store.lock();
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = import::plan(&guard.1, text);
     }

@@ -1,9 +1,10 @@
 //! Plain data types that cross the store boundary.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use sha2::{Digest, Sha256};
 
@@ -168,7 +169,7 @@ fn image_sha256(data: &[u8]) -> [u8; 32] {
     static SEEN: LazyLock<Mutex<Seen>> = LazyLock::new(Mutex::default);
     let key: [u8; 32] = blake3::hash(data).into();
     let sha256 = {
-        let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = SEEN.lock();
         if seen.len() >= REMEMBERED_IMAGES && !seen.contains_key(&key) {
             seen.clear();
         }

@@ -16,9 +16,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
+use parking_lot::{Condvar, Mutex};
 use rustix::fs::{self, AtFlags, OFlags, StatxFlags};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use retagfs_store::{
@@ -243,7 +243,7 @@ fn walk_counting(
             progress(shared.found.load(Ordering::Relaxed));
         }
     });
-    let parts = shared.parts.into_inner().unwrap_or_else(|e| e.into_inner());
+    let parts = shared.parts.into_inner();
     let mut out = Walked {
         threads: parts.len(),
         ..Walked::default()
@@ -293,7 +293,7 @@ fn start_worker<'scope, 'a>(
 ) -> io::Result<()> {
     std::thread::Builder::new().spawn_scoped(s, move || {
         let out = worker(s, shared, &done);
-        shared.parts.lock().unwrap_or_else(|e| e.into_inner()).push(out);
+        shared.parts.lock().push(out);
     })?;
     Ok(())
 }
@@ -331,7 +331,7 @@ fn worker<'scope>(
             }
         }
         if mine.len() > 1 && shared.idle.load(Ordering::Relaxed) > 0 {
-            let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let mut queue = shared.queue.lock();
             queue.dirs.extend(mine.drain(..mine.len() / 2));
             shared.wake.notify_all();
         }
@@ -351,11 +351,11 @@ fn start_reserve<'scope>(
     if n == 0 {
         return;
     }
-    shared.queue.lock().unwrap_or_else(|e| e.into_inner()).busy += n;
+    shared.queue.lock().busy += n;
     for started in 0..n {
         if let Err(e) = start_worker(s, shared, done.clone()) {
             tracing::info!("the walk goes on without {} more threads: {e}", n - started);
-            shared.queue.lock().unwrap_or_else(|e| e.into_inner()).busy -= n - started;
+            shared.queue.lock().busy -= n - started;
             return;
         }
     }
@@ -377,7 +377,7 @@ fn thread_disk_reads() -> u64 {
 /// when the queue is empty and no worker has directories that could add
 /// more.
 fn next_dir(shared: &Shared<'_>) -> Option<Dir> {
-    let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+    let mut queue = shared.queue.lock();
     if let Some(dir) = queue.dirs.pop() {
         return Some(dir);
     }
@@ -393,7 +393,7 @@ fn next_dir(shared: &Shared<'_>) -> Option<Dir> {
             shared.wake.notify_all();
             break None;
         }
-        queue = shared.wake.wait(queue).unwrap_or_else(|e| e.into_inner());
+        shared.wake.wait(&mut queue);
     };
     shared.idle.fetch_sub(1, Ordering::Relaxed);
     found

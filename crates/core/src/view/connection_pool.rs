@@ -41,11 +41,7 @@ pub(super) struct Lent<'a> {
 impl Drop for Lent<'_> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
-            self.pool
-                .idle
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(conn);
+            self.pool.idle.lock().push(conn);
             self.pool.returned.notify_one();
         }
     }
@@ -70,7 +66,7 @@ impl ConnectionPool {
     /// Runs `f` on a connection. Not to be called holding the tree's lock:
     /// a replacement holds this side's gate while it swaps the tree.
     pub(super) fn with<T>(&self, f: impl FnOnce(&Store) -> io::Result<T>) -> io::Result<T> {
-        let _in_use = self.gate.read().unwrap_or_else(|e| e.into_inner());
+        let _in_use = self.gate.read();
         let lent = Lent {
             pool: self,
             conn: Some(self.take()?),
@@ -81,7 +77,7 @@ impl ConnectionPool {
     /// An idle connection, else a new one while the path names the served
     /// file, else the next connection given back.
     pub(super) fn take(&self) -> io::Result<Store> {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = self.idle.lock();
         loop {
             if let Some(conn) = idle.pop() {
                 return Ok(conn);
@@ -90,12 +86,9 @@ impl ConnectionPool {
             if let Some(conn) = self.open_served()? {
                 return Ok(conn);
             }
-            idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            idle = self.idle.lock();
             if idle.is_empty() {
-                idle = match self.returned.wait_timeout(idle, RECHECK) {
-                    Ok((idle, _)) => idle,
-                    Err(e) => e.into_inner().0,
-                };
+                self.returned.wait_for(&mut idle, RECHECK);
             }
         }
     }
@@ -119,7 +112,7 @@ impl ConnectionPool {
     }
 
     pub(super) fn served(&self) -> Option<FileId> {
-        *self.served.lock().unwrap_or_else(|e| e.into_inner())
+        *self.served.lock()
     }
 
     /// Serves the file now at the store's path: `load` reads it while the
@@ -140,12 +133,12 @@ impl ConnectionPool {
             anyhow::bail!("the file at the store's path changed while it was opened");
         }
         let loaded = load(&store)?;
-        let _switching = self.gate.write().unwrap_or_else(|e| e.into_inner());
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        let _switching = self.gate.write();
+        self.idle.lock().clear();
         let out = switch(loaded);
-        *self.served.lock().unwrap_or_else(|e| e.into_inner()) = file;
+        *self.served.lock() = file;
         self.generation.fetch_add(1, Ordering::Relaxed);
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(store);
+        self.idle.lock().push(store);
         self.returned.notify_all();
         Ok(out)
     }

@@ -19,13 +19,14 @@ pub use refresh::Refresh;
 pub use render::{load_tree, Mode, TrackFields, ViewConfig};
 use render::{load_tree_noting, references_never_valued};
 
+use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -186,11 +187,11 @@ impl View {
 
     /// When files opened from now on read their backing bytes ahead.
     pub fn set_read_ahead(&self, mode: ReadAheadMode) {
-        *self.read_ahead.lock().unwrap_or_else(|e| e.into_inner()) = mode;
+        *self.read_ahead.lock() = mode;
     }
 
     fn read_ahead_mode(&self) -> ReadAheadMode {
-        *self.read_ahead.lock().unwrap_or_else(|e| e.into_inner())
+        *self.read_ahead.lock()
     }
 
     /// The store this library serves.
@@ -203,7 +204,7 @@ impl View {
     }
 
     pub fn tree(&self) -> RwLockReadGuard<'_, Tree> {
-        self.tree.read().unwrap_or_else(|e| e.into_inner())
+        self.tree.read()
     }
 
     /// Opens a file for reading. Errors carry the errno to return: ENOENT
@@ -223,12 +224,8 @@ impl View {
         if layout.len() != entry.size {
             // The store changed after the tree was built: serve the new
             // version and make the tree's size agree with it.
-            if let Some(crate::view::tree::Entry::File(f)) = self
-                .tree
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_mut(ino)
-                .map(|n| &mut n.entry)
+            if let Some(crate::view::tree::Entry::File(f)) =
+                self.tree.write().get_mut(ino).map(|n| &mut n.entry)
             {
                 f.size = layout.len();
                 f.content_version = track.content_version;
@@ -264,7 +261,7 @@ impl View {
         let Some(dir) = self.tree().get(ino).map(|n| n.parent) else {
             return false;
         };
-        let mut warmed = self.warmed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut warmed = self.warmed.lock();
         if warmed.len() >= WARMED_DIRS_KEPT {
             warmed.clear();
         }
@@ -315,12 +312,7 @@ impl View {
     /// 200 cached files through a fresh mount).
     pub fn reads_ahead_after(&self, file: &OpenFile) -> bool {
         let found_cached = file.first_read.as_ref().is_some_and(FirstRead::found_cached);
-        !found_cached
-            || self
-                .prefetched
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(&file.track.id)
+        !found_cached || self.prefetched.lock().contains(&file.track.id)
     }
 
     /// Starts reading the first bytes of the next files of the track's
@@ -337,7 +329,7 @@ impl View {
                 if let Some(span) = layout.backing_span(0, PREFETCH_BYTES) {
                     will_need(&file, span.start, span.end);
                 }
-                let mut prefetched = self.prefetched.lock().unwrap_or_else(|e| e.into_inner());
+                let mut prefetched = self.prefetched.lock();
                 if prefetched.len() >= PREFETCHED_KEPT {
                     prefetched.clear();
                 }
@@ -422,13 +414,7 @@ impl View {
         let Some(why) = &track.passthrough else {
             return;
         };
-        if self.config.mode == Mode::Synthesis
-            && self
-                .passthrough_logged
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(track.id)
-        {
+        if self.config.mode == Mode::Synthesis && self.passthrough_logged.lock().insert(track.id) {
             tracing::warn!("{}: served byte-identical: {why}", track.backing_path);
         }
     }

@@ -31,7 +31,7 @@ pub(super) fn cached_bytes(track: &TrackRow, layout: &Layout) -> usize {
 
 impl OpenCache {
     pub(super) fn get(&self, track_id: i64, version: i64) -> Option<(TrackRow, Arc<Layout>)> {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let entries = self.entries.lock();
         match entries.0.get(&track_id) {
             Some((track, layout)) if track.content_version == version => {
                 Some((track.clone(), layout.clone()))
@@ -41,7 +41,7 @@ impl OpenCache {
     }
 
     pub(super) fn put(&self, track: &TrackRow, layout: Arc<Layout>) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries = self.entries.lock();
         let size = cached_bytes(track, &layout);
         if entries.1 + size > OPEN_CACHE_BYTES || entries.0.len() >= OPEN_CACHE_TRACKS {
             // Simple and bounded: start over rather than track recency.
@@ -55,7 +55,7 @@ impl OpenCache {
     }
 
     pub(super) fn evict(&self, track_ids: impl IntoIterator<Item = i64>) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries = self.entries.lock();
         for id in track_ids {
             if let Some((t, l)) = entries.0.remove(&id) {
                 entries.1 = entries.1.saturating_sub(cached_bytes(&t, &l));
@@ -64,7 +64,7 @@ impl OpenCache {
     }
 
     pub(super) fn clear(&self) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries = self.entries.lock();
         entries.0.clear();
         entries.1 = 0;
     }
@@ -99,7 +99,7 @@ mod tests {
             cache.put(&track, layout.clone());
             assert!(cache.get(id, 1).is_some(), "the file just put is held");
         }
-        let held = cache.entries.lock().unwrap().0.len();
+        let held = cache.entries.lock().0.len();
         assert!(held <= OPEN_CACHE_TRACKS, "{held} files held");
     }
 }

@@ -6,13 +6,14 @@
 //! small shared pool, so the latencies overlap. Memory is bounded by a
 //! global budget; past it, reads go straight to the backing file.
 
+use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 /// Bytes fetched per backing read.
 const CHUNK: u64 = 1 << 20;
@@ -159,10 +160,10 @@ struct Chunk {
 
 impl Chunk {
     /// Waits until the chunk is fetched.
-    fn wait(&self) -> std::sync::MutexGuard<'_, Option<io::Result<Vec<u8>>>> {
-        let mut data = self.data.lock().unwrap_or_else(|e| e.into_inner());
+    fn wait(&self) -> parking_lot::MutexGuard<'_, Option<io::Result<Vec<u8>>>> {
+        let mut data = self.data.lock();
         while data.is_none() {
-            data = self.ready.wait(data).unwrap_or_else(|e| e.into_inner());
+            self.ready.wait(&mut data);
         }
         data
     }
@@ -223,7 +224,7 @@ impl ReadAhead {
     pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let end = offset + buf.len() as u64;
         let wanted: Vec<Arc<Chunk>> = {
-            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut state = self.state.lock();
             let sequential = state.next != u64::MAX && offset.abs_diff(state.next) <= CHUNK;
             state.next = end;
             if !sequential || end > self.size {
@@ -263,11 +264,7 @@ impl ReadAhead {
                 };
                 drop(data);
                 // A failed fetch is not kept: the next read tries again.
-                self.state
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .chunks
-                    .clear();
+                self.state.lock().chunks.clear();
                 return Err(e);
             };
             let chunk_start = at / CHUNK * CHUNK;
@@ -295,7 +292,7 @@ impl ReadAhead {
         let job: Job = Box::new(move || {
             let mut bytes = vec![0u8; len];
             let result = file.read_exact_at(&mut bytes, i * CHUNK).map(|()| bytes);
-            *target.data.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+            *target.data.lock() = Some(result);
             target.ready.notify_all();
         });
         if let Err(crossbeam_channel::SendError(job)) = pool().send(job) {

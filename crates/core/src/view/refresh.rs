@@ -41,7 +41,7 @@ impl View {
     /// change log names since the last refresh are re-rendered, unless the
     /// log was truncated past that point (then everything is).
     pub fn refresh(&self) -> anyhow::Result<Refresh> {
-        let mut seen = self.seen_seq.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = self.seen_seq.lock();
         let since = *seen;
         let pending = self
             .pool
@@ -92,7 +92,7 @@ impl View {
                 *seen = last;
             }
             Pending::Tracks(changed, last) => {
-                let mut tree = self.tree.write().unwrap_or_else(|e| e.into_inner());
+                let mut tree = self.tree.write();
                 out.tracks = changed.len();
                 for (id, placement) in &changed {
                     tree.replace(file_ino(*id), placement.clone(), &mut out.invalidations);
@@ -111,7 +111,7 @@ impl View {
     /// Says, once per schema version, that a newer retagfs migrated the
     /// store and that this mount no longer follows it.
     fn note_newer_schema(&self, version: i64) {
-        let mut noted = self.newer_schema_noted.lock().unwrap_or_else(|e| e.into_inner());
+        let mut noted = self.newer_schema_noted.lock();
         if *noted != Some(version) {
             *noted = Some(version);
             tracing::warn!(
@@ -134,7 +134,7 @@ impl View {
     /// SQLite reads the new store through them ([`crate::view::watch`] sees to
     /// it).
     pub fn reload(&self) -> anyhow::Result<Refresh> {
-        let mut seen = self.seen_seq.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = self.seen_seq.lock();
         self.pool.replace(
             |store| {
                 store
@@ -154,12 +154,12 @@ impl View {
     /// Serves `new` instead of the current tree; what the kernel must
     /// forget comes back.
     fn replace_tree(&self, mut new: Tree, tracks: usize) -> Refresh {
-        let mut tree = self.tree.write().unwrap_or_else(|e| e.into_inner());
+        let mut tree = self.tree.write();
         let invalidations = tree.diff(&new);
         new.note_listing_changes(&invalidations, Some(&tree));
         *tree = new;
         self.opened.clear();
-        self.warmed.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.warmed.lock().clear();
         Refresh {
             tracks,
             rebuilt: true,

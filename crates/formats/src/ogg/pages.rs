@@ -3,9 +3,10 @@
 //! numbers shifted and checksums recomputed. Nothing is built at open time,
 //! and a read far into a long file does not read all that comes before.
 
+use parking_lot::Mutex;
 use std::io;
 use std::ops::Range;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use base64::Engine;
 
@@ -389,8 +390,8 @@ impl AudioPages {
         self.offset + self.len
     }
 
-    fn starts(&self) -> std::sync::MutexGuard<'_, KnownStarts> {
-        self.starts.lock().unwrap_or_else(|e| e.into_inner())
+    fn starts(&self) -> parking_lot::MutexGuard<'_, KnownStarts> {
+        self.starts.lock()
     }
     /// The page containing `at` found near it, far from any known page
     /// start: the last checked page (`checked_page_len`) before `at` that
