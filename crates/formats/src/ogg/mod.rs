@@ -17,7 +17,8 @@ use crate::tags::vorbis_comment;
 use crate::Format;
 use pages::{AudioPages, Base64, HeaderPage, StreamSerial};
 
-const PAGE_HEADER_LEN: u64 = 27;
+/// An Ogg page header before its lacing values.
+const PAGE_HEADER_LEN: u64 = pages::HEADER_LEN as u64;
 
 /// A page header: where its body starts and the lacing values.
 struct Page {

@@ -12,7 +12,7 @@ use crate::tags::keys::{self, TagList};
 use crate::tags::picture::picture;
 
 /// Size of an ID3v2 header (and footer).
-const HEADER_LEN: u64 = 10;
+pub(crate) const HEADER_LEN: u64 = 10;
 
 /// Total size of the ID3v2 tag whose 10-byte header is `h`, or `None` if
 /// `h` is not a tag header.

@@ -35,7 +35,8 @@ impl Id3Version {
 
 /// Largest tag size the 28-bit syncsafe header field can carry.
 const MAX_TAG_LEN: u64 = (1 << 28) - 1;
-const HEADER_LEN: usize = 10;
+/// The ID3v2 header, as the reader knows it.
+const HEADER_LEN: usize = super::id3v2_read::HEADER_LEN as usize;
 
 /// Appends a complete ID3v2 tag to `layout`; returns its length. Nothing
 /// is appended when there is nothing to say (a tag needs a frame).
