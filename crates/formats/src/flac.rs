@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use retagfs_store::{ArtLink, ScannedPicture};
 
-use crate::error::{malformed, ProbeError, Result};
+use crate::error::{malformed, ProbeError, Result, SynthesisError};
 use crate::layout::Layout;
 use crate::probe::Probe;
 use crate::source::{be_u24, Source, MAX_READ};
@@ -280,15 +280,15 @@ pub fn synthesize(
     art: &[ArtLink],
     audio_offset: u64,
     audio_length: u64,
-) -> std::result::Result<Layout, String> {
+) -> std::result::Result<Layout, SynthesisError> {
     if blocks.first().map(|b| b.0) != Some(STREAMINFO) {
         return Err("the store has no STREAMINFO block for this FLAC track".into());
     }
     if let Some((t, b)) = blocks.iter().find(|(_, b)| b.len() as u64 > MAX_BLOCK_LEN) {
-        return Err(format!(
+        return Err(SynthesisError::Rows(format!(
             "stored FLAC block of type {t} is too long ({} bytes)",
             b.len()
-        ));
+        )));
     }
     let (tags, art) = fitting(vendor, tags, art);
     let mut layout = Layout::default();

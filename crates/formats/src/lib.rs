@@ -19,7 +19,7 @@ mod synth;
 pub mod tags;
 mod wav;
 
-pub use error::ProbeError;
+pub use error::{ProbeError, SynthesisError};
 pub use layout::SegmentSource;
 pub use layout::{Layout, Segment};
 pub use probe::{probe, Probe};

@@ -2,6 +2,7 @@
 
 use retagfs_store::{ArtLink, BackingPart, TrackRow};
 
+use crate::error::SynthesisError;
 use crate::layout::Layout;
 use crate::source::ReadAt;
 use crate::tags::id3v2_write::Id3Version;
@@ -34,13 +35,13 @@ pub type FlacBlockLen = (u8, u64);
 
 /// The layout of the served file. An error means the stored rows cannot
 /// describe a valid file (the caller reports it and serves EIO).
-pub fn synthesize(input: &SynthesisInput<'_>) -> Result<Layout, String> {
+pub fn synthesize(input: &SynthesisInput<'_>) -> Result<Layout, SynthesisError> {
     let mut layout = synthesize_format(input)?;
     layout.shrink_to_fit();
     Ok(layout)
 }
 
-fn synthesize_format(input: &SynthesisInput<'_>) -> Result<Layout, String> {
+fn synthesize_format(input: &SynthesisInput<'_>) -> Result<Layout, SynthesisError> {
     let t = input.track;
     if t.passthrough.is_some() {
         return Ok(Layout::passthrough(t.stamps.size));
@@ -94,25 +95,25 @@ fn synthesize_format(input: &SynthesisInput<'_>) -> Result<Layout, String> {
 
 /// Every byte range the rows name must lie inside the backing file (its
 /// size is checked against the file before this is called).
-fn check_ranges(t: &TrackRow, parts: &[BackingPart]) -> Result<(), String> {
+fn check_ranges(t: &TrackRow, parts: &[BackingPart]) -> Result<(), SynthesisError> {
     let size = t.stamps.size;
     if t.audio_offset
         .checked_add(t.audio_length)
         .is_none_or(|end| end > size)
     {
-        return Err(format!(
+        return Err(SynthesisError::Rows(format!(
             "the store's audio range {}+{} runs past the end of the {size}-byte file",
             t.audio_offset, t.audio_length
-        ));
+        )));
     }
     match parts
         .iter()
         .find(|p| p.offset.checked_add(p.length).is_none_or(|end| end > size))
     {
-        Some(p) => Err(format!(
+        Some(p) => Err(SynthesisError::Rows(format!(
             "the store's {:?} part {}+{} runs past the end of the {size}-byte file",
             p.kind, p.offset, p.length
-        )),
+        ))),
         None => Ok(()),
     }
 }

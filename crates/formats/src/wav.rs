@@ -14,7 +14,7 @@
 
 use retagfs_store::{ArtLink, BackingPart, PartKind};
 
-use crate::error::{malformed, ProbeError, Result};
+use crate::error::{malformed, ProbeError, Result, SynthesisError};
 use crate::layout::Layout;
 use crate::probe::Probe;
 use crate::source::{le_u32, Source};
@@ -127,7 +127,7 @@ pub fn synthesize(
     art: &[ArtLink],
     id3_version: Id3Version,
     file_size: u64,
-) -> std::result::Result<Layout, String> {
+) -> std::result::Result<Layout, SynthesisError> {
     if !parts.iter().any(|p| p.kind == PartKind::Data) {
         return Err("the store has no data chunk for this WAV track".into());
     }
@@ -142,7 +142,12 @@ pub fn synthesize(
                 body.push_bytes(&(part.length as u32).to_le_bytes());
                 body.push_backing(part.offset, part.length);
             }
-            _ => return Err(format!("unexpected {} part in a WAV track", part.kind.as_str())),
+            _ => {
+                return Err(SynthesisError::Rows(format!(
+                    "unexpected {} part in a WAV track",
+                    part.kind.as_str()
+                )))
+            }
         }
         if part.length & 1 == 1 {
             body.push_bytes(&[0]);

@@ -4,6 +4,7 @@
 
 use retagfs_store::{ArtLink, BackingPart, PartKind};
 
+use crate::error::SynthesisError;
 use crate::layout::Layout;
 use crate::mp4::{children, find, slice, Atom};
 use crate::source::{ReadAt, Source};
@@ -204,7 +205,7 @@ pub fn synthesize(
     backing: &dyn ReadAt,
     file_size: u64,
     mdat_at: u64,
-) -> Result<Layout, String> {
+) -> Result<Layout, SynthesisError> {
     let slot = *parts
         .iter()
         .find(|p| is_slot(p.kind))
@@ -219,9 +220,7 @@ pub fn synthesize(
     let ilst = ilst_layout(slot.kind, tags, art);
     let delta = ilst.len() as i64 - slot.length as i64;
     let src = Source::new(backing, file_size);
-    let mut bytes = src
-        .read(moov.offset, moov.length, "moov atom")
-        .map_err(|e| e.to_string())?;
+    let mut bytes = src.read(moov.offset, moov.length, "moov atom")?;
     // Both walk the original sizes: chunk offsets first, then the sizes.
     if mdat_at > moov.offset && delta != 0 {
         shift_chunk_offsets(&mut bytes, moov.offset, delta)?;
@@ -245,16 +244,16 @@ pub fn synthesize(
 
 /// Adds `delta` to the size of every atom of `moov` (`b`, at file offset
 /// `base`) that encloses the ilst slot: moov, udta, meta (as present).
-fn grow_ancestors(b: &mut [u8], base: u64, slot: BackingPart, delta: i64) -> Result<(), String> {
+fn grow_ancestors(b: &mut [u8], base: u64, slot: BackingPart, delta: i64) -> Result<(), SynthesisError> {
     let moov = top_atom(b, base)?;
     let mut chain = vec![moov];
-    let moov_kids = children(slice(b, base, &moov), moov.offset + moov.header).map_err(|e| e.to_string())?;
+    let moov_kids = children(slice(b, base, &moov), moov.offset + moov.header)?;
     if slot.kind != PartKind::IlstInNewUdta {
         let udta = *find(&moov_kids, b"udta").ok_or("moov has no udta where the store says")?;
         chain.push(udta);
         if slot.kind == PartKind::Ilst {
             let udta_b = slice(b, base, &udta);
-            let udta_kids = children(udta_b, udta.offset + udta.header).map_err(|e| e.to_string())?;
+            let udta_kids = children(udta_b, udta.offset + udta.header)?;
             let meta = *find(&udta_kids, b"meta").ok_or("udta has no meta where the store says")?;
             chain.push(meta);
         }
@@ -272,19 +271,18 @@ fn grow_ancestors(b: &mut [u8], base: u64, slot: BackingPart, delta: i64) -> Res
     Ok(())
 }
 
-fn top_atom(b: &[u8], base: u64) -> Result<Atom, String> {
-    children(b, base)
-        .map_err(|e| e.to_string())?
+fn top_atom(b: &[u8], base: u64) -> Result<Atom, SynthesisError> {
+    children(b, base)?
         .first()
         .copied()
-        .ok_or_else(|| "empty moov".to_string())
+        .ok_or_else(|| "empty moov".into())
 }
 
 /// Shifts every chunk offset of every track by `delta`.
-fn shift_chunk_offsets(b: &mut [u8], base: u64, delta: i64) -> Result<(), String> {
+fn shift_chunk_offsets(b: &mut [u8], base: u64, delta: i64) -> Result<(), SynthesisError> {
     let moov = top_atom(b, base)?;
     let mut tables = Vec::new();
-    collect_chunk_tables(b, base, &moov, &mut tables).map_err(|e| e.to_string())?;
+    collect_chunk_tables(b, base, &moov, &mut tables)?;
     for (kind, at, len) in tables {
         let t = &mut b[at..at + len];
         if t.len() < 8 {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use retagfs_store::{ArtLink, BackingPart, PartKind};
 
-use crate::error::{malformed, ProbeError, Result};
+use crate::error::{malformed, ProbeError, Result, SynthesisError};
 use crate::layout::Layout;
 use crate::probe::Probe;
 use crate::source::{le_u32, Source, MAX_READ};
@@ -349,7 +349,7 @@ pub fn synthesize(
     art: &[ArtLink],
     audio_offset: u64,
     audio_length: u64,
-) -> std::result::Result<Layout, String> {
+) -> std::result::Result<Layout, SynthesisError> {
     let pages: Vec<&BackingPart> = parts.iter().filter(|p| p.kind == PartKind::Page).collect();
     let Some(first) = pages.first() else {
         return Err("the store has no header pages for this Ogg track".into());
