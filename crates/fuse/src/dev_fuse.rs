@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::kernel_abi::in_header;
 use crate::protocol::{self, expects_answer, out_header, u32_in, u64_in, Request, OP_IN, OUT_HEADER};
 use crate::server::Server;
 use crate::uring::PAYLOAD;
@@ -49,8 +50,8 @@ const POLL_START: Duration = Duration::from_micros(20);
 /// (CUSE's) share the last.
 const KINDS: usize = 64;
 
-/// `struct fuse_in_header`.
-const IN_HEADER: usize = 40;
+/// `struct fuse_in_header`'s size.
+const IN_HEADER: usize = in_header::SIZE;
 
 /// A read of `/dev/fuse` must have room for the largest write the kernel
 /// may send (the mount's max_write) and its headers, or it fails.
@@ -317,7 +318,7 @@ fn answer_request(server: &Server, dev: BorrowedFd, request: &[u8], answer: &mut
     let (op_in, name) = parsed;
     let req = Request {
         opcode,
-        nodeid: u64_in(request, 16),
+        nodeid: u64_in(request, in_header::NODEID),
         op_in: &op_in,
         name,
     };
@@ -349,7 +350,11 @@ fn parse(request: &[u8]) -> Option<Parsed<'_>> {
     let mut op_in = [0u8; OP_IN];
     let n = body.len().min(OP_IN);
     op_in[..n].copy_from_slice(&body[..n]);
-    Some((u64_in(request, 8), u32_in(request, 4), (op_in, body)))
+    Some((
+        u64_in(request, in_header::UNIQUE),
+        u32_in(request, in_header::OPCODE),
+        (op_in, body),
+    ))
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use server::Server;
 mod backing;
 mod dev_fuse;
 mod handshake;
+mod kernel_abi;
 pub mod mounted;
 mod open_inodes;
 mod protocol;

@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use fuser::{Errno, FileAttr, FileType};
 
+use crate::kernel_abi::{open_in, out_header, read_in, release_in};
 use crate::server::{dir_entries, kind_of, Server, BLOCK_SIZE, TTL};
 
 // FUSE opcodes served; every other one is answered ENOSYS (the kernel then
@@ -78,17 +79,21 @@ fn answer_in(server: &Server, req: &Request, out: &mut [u8]) -> Result<usize, Er
             out.attr(&attr);
         }
         OPEN => {
-            let opened = server.open(nodeid, u32_in(op_in, 0) as i32)?;
+            let opened = server.open(nodeid, u32_in(op_in, open_in::FLAGS) as i32)?;
             out.u64(opened.fh);
             out.u32(opened.flags.bits());
             out.u32(opened.backing.as_ref().map_or(0, |b| b.id()));
         }
         READ => {
-            let (fh, offset, size) = (u64_in(op_in, 0), u64_in(op_in, 8), u32_in(op_in, 16));
+            let (fh, offset, size) = (
+                u64_in(op_in, read_in::FH),
+                u64_in(op_in, read_in::OFFSET),
+                u32_in(op_in, read_in::SIZE),
+            );
             let want = (size as usize).min(out.buf.len());
             out.len = server.read(fh, offset, &mut out.buf[..want])?;
         }
-        RELEASE => server.release(nodeid, u64_in(op_in, 0)),
+        RELEASE => server.release(nodeid, u64_in(op_in, release_in::FH)),
         FLUSH | RELEASEDIR | DESTROY => {}
         OPENDIR => {
             let flags = server.opendir(nodeid)?;
@@ -97,7 +102,10 @@ fn answer_in(server: &Server, req: &Request, out: &mut [u8]) -> Result<usize, Er
             out.u32(0);
         }
         READDIR | READDIRPLUS => {
-            let (offset, size) = (u64_in(op_in, 8), u32_in(op_in, 16) as usize);
+            let (offset, size) = (
+                u64_in(op_in, read_in::OFFSET),
+                u32_in(op_in, read_in::SIZE) as usize,
+            );
             let size = size.min(out.buf.len());
             out.listing(server, nodeid, offset, size, req.opcode == READDIRPLUS)?;
         }
@@ -119,14 +127,22 @@ pub(crate) fn out_header(unique: u64, result: Result<usize, Errno>) -> [u8; OUT_
         Err(e) => (-e.code(), 0),
     };
     let mut h = [0u8; OUT_HEADER];
-    h[0..4].copy_from_slice(&((OUT_HEADER + len) as u32).to_ne_bytes());
-    h[4..8].copy_from_slice(&error.to_ne_bytes());
-    h[8..16].copy_from_slice(&unique.to_ne_bytes());
+    put(
+        &mut h,
+        out_header::LEN,
+        &((OUT_HEADER + len) as u32).to_ne_bytes(),
+    );
+    put(&mut h, out_header::ERROR, &error.to_ne_bytes());
+    put(&mut h, out_header::UNIQUE, &unique.to_ne_bytes());
     h
 }
 
+fn put(buf: &mut [u8], at: usize, field: &[u8]) {
+    buf[at..at + field.len()].copy_from_slice(field);
+}
+
 /// `struct fuse_out_header`'s size.
-pub(crate) const OUT_HEADER: usize = 16;
+pub(crate) const OUT_HEADER: usize = out_header::SIZE;
 
 pub(crate) fn u32_in(b: &[u8], at: usize) -> u32 {
     u32::from_ne_bytes(b[at..at + 4].try_into().unwrap())
