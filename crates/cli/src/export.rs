@@ -29,8 +29,8 @@ struct TrackJson {
     art: Vec<ArtJson>,
 }
 
-/// Writes the array one track at a time as the store is read (at 100k
-/// tracks, a list of them all held 100 MB more).
+/// Writes the array one track at a time as the store is read: a list of
+/// every track would hold the whole library's tags at once.
 pub fn run(a: ExportArgs) -> anyhow::Result<()> {
     let config = a.view.config(Mode::Synthesis)?;
     let store = crate::open_existing(&a.db)?;

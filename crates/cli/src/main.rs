@@ -24,12 +24,10 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's settings: a background thread returns freed pages to the
 /// system within about a second (returning each at once made every free a
-/// system call and, with several threads, a TLB shootdown: a first scan of
-/// 200 tracks spent a seventh of its time on them); one arena per CPU, not
-/// four, each thread allocating from its CPU's (each arena keeps the pages
-/// its threads freed until they are returned: a first scan of 20,000
-/// tracks with embedded covers on 8 probing threads peaked at 45 MiB with
-/// the default arenas, 30 MiB so).
+/// system call and, with several threads, a TLB shootdown); one arena per
+/// CPU, not four, each thread allocating from its CPU's (each arena keeps
+/// the pages its threads freed until they are returned, so more arenas
+/// raised a scan's peak memory). Figures: docs/benchmarks-log.md.
 #[export_name = "_rjem_malloc_conf"]
 pub static MALLOC_CONF: &[u8; 80] =
     b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,percpu_arena:percpu\0";

@@ -66,7 +66,7 @@ pub fn plan(db: &Store, text: &str) -> Result<Vec<Change>, ImportError> {
     let mut changes = Vec::new();
     for raw in entries {
         // Counted only for an error: counting for every entry made an
-        // import quadratic in its length (20,000 entries: 6 s of newlines).
+        // import quadratic in its length.
         let bad = |why: String| ImportError::Invalid {
             line: line_of(text, raw.get()),
             why,

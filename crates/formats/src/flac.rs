@@ -126,8 +126,9 @@ const PICTURE_FIELDS_READ: u64 = 1024;
 
 /// Reads the PICTURE block of `len` bytes at `at`: its fields first, then
 /// its image straight into the buffer the store takes (a cover is most of
-/// the block, and a first scan of tracks embedding 100 kB covers copied
-/// each twice). Blocks whose fields do not fit in the first read, or that
+/// the block, and copying it once more showed in the first scan of a
+/// library with embedded covers). Blocks whose fields do not fit in the
+/// first read, or that
 /// do not hold together, are read whole and parsed as before, for the same
 /// errors.
 fn read_picture(src: &Source<'_>, at: u64, len: u64) -> Result<ScannedPicture> {

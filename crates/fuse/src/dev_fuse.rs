@@ -1,7 +1,7 @@
 //! Requests read from `/dev/fuse`. Each thread reads and answers on a
 //! descriptor of its own (`FUSE_DEV_IOC_CLONE`): handing an open or a read
-//! to another thread cost more than the work itself (measured: 200 opens of
-//! small files 35 ms with a hand-off, 16 ms without). With FUSE over
+//! to another thread cost more than the work itself (docs/benchmarks-log.md,
+//! "Requests through `/dev/fuse`: our own threads, polling"). With FUSE over
 //! io_uring these threads see only forgets.
 //!
 //! Through `/dev/fuse` the kernel wakes a sleeping thread for every
@@ -39,8 +39,9 @@ use crate::uring::PAYLOAD;
 /// The longest a thread keeps asking for the next request after the last,
 /// and the window every kind of request starts with. Walks and indexers
 /// send their next request within tens of microseconds; a longer window
-/// mostly spins while a client works (measured: 200 us cost a tagger's
-/// pass half again the daemon's CPU of 100 us, for the same time).
+/// mostly spins while a client works, spending the daemon's CPU for no
+/// gain in time (docs/benchmarks-log.md, "a poll window learned per kind of
+/// request").
 const POLL_MAX: Duration = Duration::from_micros(100);
 
 /// The window a grown one starts from; one shrunk below it is none.

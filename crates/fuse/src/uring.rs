@@ -2,9 +2,9 @@
 //! parameter `enable_uring`). The kernel keeps one queue per CPU and
 //! hands a request to the queue of the CPU its caller runs on; each of our
 //! threads serves one queue and is pinned to that CPU, so the caller and
-//! the thread answering it share a CPU and no wakeup crosses CPUs (walks
-//! of a fresh mount measured 4x faster that way than with `/dev/fuse`,
-//! where every request woke a thread on the other CPU).
+//! the thread answering it share a CPU and no wakeup crosses CPUs (through
+//! `/dev/fuse` every request woke a thread on another CPU; docs/benchmarks.md
+//! has both side by side).
 //!
 //! Each thread registers ring entries: a header buffer (the request's
 //! `fuse_in_header`, its fixed per-operation struct, and the payload size)

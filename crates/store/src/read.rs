@@ -544,7 +544,7 @@ impl Store {
 
 /// Column `i` of a row of track `track_id`, a text value, as a `String`.
 /// Tag values (lyrics of tens of kB among them) are most of what a mount
-/// reads, and checking them as UTF-8 one byte at a time took a fifth of a
+/// reads, and checking them as UTF-8 one byte at a time showed in a
 /// mount's time for such a library: checked with SIMD instead. SQLite
 /// keeps whatever bytes a tool wrote: a value that is not UTF-8 is read
 /// with U+FFFD in place of its bad bytes, and logged, so that the track is

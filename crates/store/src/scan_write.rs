@@ -128,8 +128,8 @@ impl HeldPictures {
 /// Adds a track for a file new to the store. Its own rows go in first,
 /// then the track row: their change-log triggers find no track and log
 /// nothing (schema version 6), and the track's `added` entry stands for
-/// them. Logged row by row, a first scan of 20,000 small FLACs took 0.86
-/// s where it now takes 0.65.
+/// them: logging row by row was a large part of a first scan
+/// (docs/benchmarks-log.md, "First scans: the change log").
 fn insert_track(
     tx: &Transaction<'_>,
     t: &ScannedTrack,
@@ -266,9 +266,8 @@ fn insert_structure(tx: &Transaction<'_>, id: i64, t: &ScannedTrack) -> Result<(
 /// Before schema version 8, `tags` kept whole rows in its key's b-tree
 /// (WITHOUT ROWID), and each statement found its first row's place from
 /// the root, reading the whole of every row it compared with, long ones
-/// (embedded lyrics) from their overflow pages: a first scan of 20,000
-/// tracks, 1,200 of them with 76 kB of lyrics, took 2.8-3.0 s row by row,
-/// 2.0-2.2 s this way.
+/// (embedded lyrics) from their overflow pages; a statement per few rows
+/// reads those fewer times.
 fn insert_tags_of_tagless(tx: &Transaction<'_>, id: i64, tags: &[(String, String)]) -> Result<()> {
     let mut positions: HashMap<&str, i64> = HashMap::new();
     let mut rows: Vec<(&str, i64, &str)> = tags

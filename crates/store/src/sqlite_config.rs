@@ -11,9 +11,9 @@ const STATEMENT_JOURNAL_ALWAYS_IN_MEMORY: std::os::raw::c_int = -1;
 /// pages it changed, to undo it alone if it fails); the change-log
 /// triggers make every write statement need one. SQLite moves a journal
 /// of more than 64 KiB to a temporary file, and every later statement of
-/// that transaction then journals through the file: a first scan of
-/// 20,000 tracks, some with 76 kB of lyrics, wrote 1.8 GB to `/var/tmp`
-/// that way. Kept in memory, that scan took a quarter less time. Always
+/// that transaction then journals through the file: a first scan of a
+/// library with long lyrics wrote gigabytes to `/var/tmp` that way, and
+/// took longer (docs/benchmarks-log.md). Always
 /// in memory, not up to a size: with a limit of 512 KiB or more, the
 /// bundled SQLite (3.54) failed every statement whose journal grew past
 /// it with "database or disk is full" (a migration rebuilding a large

@@ -86,15 +86,15 @@ pub struct Threads {
 
 /// Threads that walk and probe when a root is on network storage (or
 /// FUSE): each spends its time waiting on round trips, not on the CPU
-/// (docs/benchmarks.md: 8x faster than two threads at 1 ms a request).
+/// (docs/benchmarks.md, the "slow" scan rows).
 pub const NETWORK_JOBS: usize = 16;
 
 /// The fewest threads that probe files on local storage. A first scan
 /// reads each file's head and end, which are seldom in the page cache, and
-/// a disk answers several reads at once: 20,000 generated tracks scanned
-/// from a cold cache in 2.9-3.9 s against 4.8-5.1 s on one thread per
-/// core (two cores), for 3% more time when every file is cached
-/// (docs/benchmarks.md).
+/// a disk answers several reads at once: a first scan from a cold cache is
+/// much faster this way than on one thread per core, for little more time
+/// when every file is cached (docs/benchmarks-log.md, "Scans and mounts
+/// from a cold disk").
 pub const LOCAL_PROBE_JOBS: usize = 8;
 
 impl Threads {

@@ -232,9 +232,8 @@ pub(super) fn worker<'a>(
         held += outcome.held_bytes();
         batch.push(outcome);
         // Sent a few at a time while the writer is busy: a send to a full
-        // channel parks this thread and every receive wakes one. (With
-        // this and [`Jobs`], a first scan of 20,000 small files spends
-        // 0.15 s in the kernel, where it spent 0.35.)
+        // channel parks this thread and every receive wakes one, time
+        // spent in the kernel rather than probing.
         let full = batch.len() >= RESULTS_PER_SEND || held >= bytes_per_send;
         if full || results.is_empty() {
             held = 0;
@@ -252,9 +251,7 @@ pub(super) fn worker<'a>(
 pub(super) const RESULTS_PER_SEND: usize = 16;
 /// ... and the bytes of tags and pictures all probing threads together
 /// may hold in unsent results, shared out between them (large covers go
-/// one at a time), so that more threads do not hold more: with 8 threads
-/// holding 1 MiB each, a first scan of 20,000 tracks with covers peaked at
-/// 37-42 MiB, with this bound at 32-39.
+/// one at a time), so that more threads do not hold more memory.
 pub(super) const RESULT_BYTES_UNSENT: usize = 2 << 20;
 
 /// The files to probe, taken in order by the probing threads: an index

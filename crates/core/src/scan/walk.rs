@@ -174,9 +174,9 @@ struct Shared<'a> {
 /// A walk starts on `threads.start` threads (one per core by default: a
 /// cached library's `statx` calls are answered from memory) and grows to
 /// `threads.on_disk` once its threads read from the disk: then each waits
-/// on a read most of the time, and the disk answers several at once (a
-/// re-scan of 20,000 tracks in 4,001 folders from a cold cache, two
-/// cores: 0.26-0.28 s on two threads, 0.13 s on sixteen).
+/// on a read most of the time, and the disk answers several at once
+/// (docs/benchmarks-log.md, "A walk that grows once it reads from the
+/// disk").
 pub fn walk(
     roots: &[PathBuf],
     follow: bool,

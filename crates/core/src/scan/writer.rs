@@ -52,8 +52,8 @@ pub(super) struct Results<'a> {
 /// each commit rewrites the pages it touched into the WAL, and results
 /// come a few at a time. New pictures are stored at the batch's end
 /// ([`store::HeldPictures`]); held rows instead would leave the probes
-/// waiting on the writer's burst (a first scan of 20,000 tracks with 2,000
-/// covers took 15% longer).
+/// waiting on the writer's burst (docs/benchmarks-log.md, "Stores with
+/// covers").
 pub(super) fn write_results(
     db: &mut Store,
     results: Receiver<Vec<Outcome<'_>>>,

@@ -21,8 +21,8 @@ pub(super) struct CachedTracks(HashMap<i64, (TrackRow, Arc<Layout>)>, usize);
 pub(super) const OPEN_CACHE_BYTES: usize = 16 << 20;
 /// Tracks the open cache may hold: room for the files warmed ahead of a
 /// walk many times over, not for every file of a library. Holding every
-/// small file an indexer opened doubled the daemon's memory (20,000 tiny
-/// FLACs: 15 -> 32 MiB) and sped nothing up: each is opened once.
+/// small file an indexer opened doubled the daemon's memory and sped
+/// nothing up: each is opened once (docs/benchmarks.md, memory).
 pub(super) const OPEN_CACHE_TRACKS: usize = 4096;
 
 pub(super) fn cached_bytes(track: &TrackRow, layout: &Layout) -> usize {

@@ -368,7 +368,7 @@ const WALK_CHUNK: usize = 256 * 1024;
 /// How far a read may be from the nearest known page start before its page
 /// is looked for near it rather than walked to: a player seeking into a
 /// long cold file (an audiobook) must not wait for everything before it
-/// to come from disk (2 MiB is 20 ms from a 100 MB/s network share).
+/// to come from disk or a network share first.
 const SEARCH_BEYOND: u64 = 2 << 20;
 
 impl AudioPages {
