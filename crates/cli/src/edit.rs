@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{bail, Context};
 use retagfs_formats::sniffed_art;
 use retagfs_formats::tags::keys;
-use retagfs_fuse::mounted::{self, View};
+use retagfs_fuse::mounted::{self, MountedView};
 use retagfs_store::{self as store, TrackRow};
 
 use crate::args::{ArtAction, ArtArgs, TagAction, TagArgs};
@@ -131,7 +131,7 @@ fn locate(
 /// (whose `stat` is `meta`) serves.
 fn in_view(
     db: Option<&Path>,
-    view: &View,
+    view: &MountedView,
     reference: &str,
     meta: &std::fs::Metadata,
 ) -> anyhow::Result<(store::Store, Vec<TrackRow>)> {
@@ -157,7 +157,11 @@ fn in_view(
 
 /// The store of `view`: the one its mount names, which `--db`, if given,
 /// must be.
-fn store_of_view(db: Option<&Path>, view: &View, reference: &str) -> anyhow::Result<std::path::PathBuf> {
+fn store_of_view(
+    db: Option<&Path>,
+    view: &MountedView,
+    reference: &str,
+) -> anyhow::Result<std::path::PathBuf> {
     match (db, &view.store) {
         (Some(given), Some(named)) if !same_file(given, named) => bail!(
             "{reference} is in the view of {}, not of {}: give that store, or no --db",

@@ -19,7 +19,7 @@ const SOURCE_WITH_STORE: &str = "retagfs:";
 
 /// A mounted view.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct View {
+pub struct MountedView {
     pub mount_point: PathBuf,
     /// The store it serves; `None` when the mount does not say (a store
     /// path holding `,` or `\`, which mount options cannot carry).
@@ -37,12 +37,12 @@ pub(crate) fn source_for(db: &Path) -> String {
 }
 
 /// The mounted view a file or folder is in (told by its `stat`), if any.
-pub fn view_of(meta: &Metadata) -> Option<View> {
+pub fn view_of(meta: &Metadata) -> Option<MountedView> {
     let dev = meta.dev();
     // No mount table (no /proc): nothing can be told.
     let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let (mount_point, store) = view_on_device(&table, libc::major(dev), libc::minor(dev))?;
-    Some(View { mount_point, store })
+    Some(MountedView { mount_point, store })
 }
 
 /// The tracks a file of a view serves, or every file under a folder of
