@@ -2,38 +2,27 @@
 //! but lie about the file: the lying track fails alone with EIO, every
 //! other track is served exactly as before, nothing panics.
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use retagfs_core::scan::{scan, ScanOptions};
 use retagfs_core::view::tree::file_ino;
-use retagfs_core::{Fallbacks, Mode, Template, View, ViewConfig, DEFAULT_TEMPLATE};
+use retagfs_core::{Mode, View, ViewConfig};
 use retagfs_formats::{probe, ReadAt, Source};
 use retagfs_store::{Format, Store};
 
-/// The committed fixtures scanned into a fresh store.
+use common::view;
+
+/// The committed fixtures scanned into a fresh store, left closed.
 fn scanned() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
-    for e in std::fs::read_dir(fixtures).unwrap() {
-        let p = e.unwrap().path();
-        std::fs::copy(&p, dir.path().join(p.file_name().unwrap())).unwrap();
-    }
-    let db_path = dir.path().join("store.db");
-    let mut db = Store::open(&db_path).unwrap();
-    let options = ScanOptions::new(vec![dir.path().to_path_buf()], 2);
-    scan(&mut db, &options, &|_| {}).unwrap();
+    let (dir, db_path, _db) = common::scanned();
     (dir, db_path)
 }
 
 fn config() -> ViewConfig {
-    ViewConfig {
-        template: Template::parse(DEFAULT_TEMPLATE).unwrap(),
-        fallbacks: Fallbacks::standard(),
-        mode: Mode::Synthesis,
-        synthesis: Default::default(),
-        windows_names: false,
-    }
+    view(Mode::Synthesis)
 }
 
 fn load(db_path: &Path) -> View {

@@ -6,15 +6,15 @@
 //! clock tick (a second where the file system keeps whole seconds), so
 //! each library here is left to settle for a little over a second first.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::time::Duration;
 
 use retagfs_core::scan::{scan, ScanOptions, ScanSummary};
 use retagfs_store::Store;
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
-}
+use common::fixtures;
 
 /// Three folders of fixtures (one with a file that fails, a name skipped
 /// by extension and a file that is not audio), left to settle.
