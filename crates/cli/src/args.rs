@@ -37,6 +37,16 @@ Ctrl-C, SIGTERM or SIGHUP unmounts. With files open in it, the mount is detached
 are closed, then exits; a second signal stops it at once."
     )]
     Mount(MountArgs),
+    /// Serve the store's view over HTTP (blocks until Ctrl-C): GET and HEAD
+    /// of every file and folder, ranges, listings and playlists.
+    #[command(
+        after_help = "No FUSE and no root needed. Files are byte-identical to what `retagfs mount` \
+serves; edits to the store show up at once. Folders list as HTML for browsers, as JSON with \
+`Accept: application/json`, and as an M3U8 playlist with `?m3u` (`curl 'http://127.0.0.1:8780/Artist/Album/?m3u'`).\n\n\
+The server only reads (GET, HEAD, OPTIONS) and has no authentication yet: keep --listen on \
+loopback unless every machine that can reach it may read the whole library."
+    )]
+    Serve(ServeArgs),
     /// Print every track as JSON: id, backing_path, path, format, tags, art.
     Export(ExportArgs),
     /// Read or edit a track's tags in the store.
@@ -55,6 +65,7 @@ impl Command {
         match self {
             Command::Scan(a) => Some(&a.db),
             Command::Mount(a) => Some(&a.db),
+            Command::Serve(a) => Some(&a.db),
             Command::Export(a) => Some(&a.db),
             Command::Tag(a) => a.db.as_deref(),
             Command::Art(a) => a.db.as_deref(),
@@ -135,6 +146,23 @@ pub enum ModeArg {
     Synthesis,
     /// The original files, byte for byte, under the template's paths.
     StructureOnly,
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// The store made by `retagfs scan`.
+    #[arg(long)]
+    pub db: PathBuf,
+    /// Address and port to listen on; loopback unless you say otherwise.
+    #[arg(long, default_value = "127.0.0.1:8780")]
+    pub listen: std::net::SocketAddr,
+    /// Connections served at once; more wait their turn.
+    #[arg(long, default_value_t = 256)]
+    pub max_connections: usize,
+    #[command(flatten)]
+    pub view: ViewArgs,
+    #[arg(long, value_enum, default_value = "synthesis")]
+    pub mode: ModeArg,
 }
 
 #[derive(Args)]

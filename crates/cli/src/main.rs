@@ -6,6 +6,7 @@ mod export;
 mod import;
 mod mount;
 mod scan;
+mod serve;
 
 use std::io::IsTerminal;
 use std::path::Path;
@@ -126,6 +127,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Scan(a) => scan::run(a),
         Command::Mount(a) => mount::run(a),
+        Command::Serve(a) => serve::run(a),
         Command::Export(a) => export::run(a),
         Command::Tag(a) => edit::tag(a),
         Command::Art(a) => edit::art(a),

@@ -1,0 +1,39 @@
+//! `retagfs serve`.
+
+use std::sync::Arc;
+
+use anyhow::bail;
+use retagfs_core::view::watch::Watcher;
+use retagfs_core::{Mode, View};
+use retagfs_http::HttpOptions;
+
+use crate::args::ServeArgs;
+
+pub fn run(a: ServeArgs) -> anyhow::Result<()> {
+    let mode: Mode = a.mode.into();
+    let config = a.view.config(mode)?;
+    let store = crate::open_existing(&a.db)?;
+    if !store.has_tracks()? {
+        bail!(
+            "the store {} has no tracks: run `retagfs scan <MUSIC_DIR> --db {}` first",
+            a.db.display(),
+            a.db.display()
+        );
+    }
+    drop(store);
+    if !a.listen.ip().is_loopback() {
+        tracing::warn!(
+            "listening on {}: every machine that can reach it may read every file of the view \
+             (no authentication yet); use --listen 127.0.0.1:PORT to keep it on this machine",
+            a.listen
+        );
+    }
+    let view = Arc::new(View::load(&a.db, config)?);
+    crate::release_free_memory();
+    let watcher = Watcher::spawn(view.clone(), &a.db, |_| {})?;
+    let mut options = HttpOptions::new(a.listen);
+    options.max_connections = a.max_connections;
+    let served = retagfs_http::serve(view, options);
+    watcher.stop();
+    served
+}

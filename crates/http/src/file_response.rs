@@ -1,0 +1,301 @@
+//! GET and HEAD of a served file: the version opened once per request, its
+//! validators, the ranges asked for, and the bytes streamed from the view
+//! in large chunks off the async threads. A download keeps the version it
+//! opened (as an open file in the mount does); a read that fails once the
+//! body has started cuts the connection, never pads or mixes bytes.
+
+use std::io;
+use std::ops::RangeInclusive;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame};
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Response, StatusCode};
+use retagfs_core::view::tree::{FileEntry, NameExtension};
+use retagfs_core::{OpenFile, View};
+use retagfs_store::Format;
+use tokio::sync::mpsc;
+
+use crate::conditional::{evaluate, Precondition, Validators};
+use crate::route::{plain, Reply};
+
+/// Bytes read from the view per chunk of a body.
+const CHUNK: usize = 256 << 10;
+/// Chunks read ahead of a slow client.
+const CHUNKS_AHEAD: usize = 4;
+/// Separates the parts of a multi-range answer.
+const BOUNDARY: &str = "retagfs-byteranges-7c1f3a";
+
+/// The `Content-Type` of a served file.
+pub(crate) fn content_type(file: &FileEntry) -> &'static str {
+    match (file.format, file.name_extension) {
+        (Format::Mp4, NameExtension::M4v | NameExtension::Mp4) => "video/mp4",
+        (Format::Flac, _) => "audio/flac",
+        (Format::Mp3, _) => "audio/mpeg",
+        (Format::Mp4, _) => "audio/mp4",
+        (Format::Vorbis, _) => "audio/ogg",
+        (Format::Opus, _) => "audio/ogg; codecs=opus",
+        (Format::Wav, _) => "audio/wav",
+    }
+}
+
+/// Answers a GET (or, with `head`, a HEAD) of the file at `ino`.
+pub(crate) async fn respond(
+    view: Arc<View>,
+    ino: u64,
+    entry: FileEntry,
+    headers: &HeaderMap,
+    head: bool,
+) -> Reply {
+    let opening = view.clone();
+    let opened = tokio::task::spawn_blocking(move || opening.open(ino)).await;
+    let file = match opened {
+        Ok(Ok(file)) => Arc::new(file),
+        Ok(Err(e)) => return open_failed(&e),
+        Err(_) => return plain(StatusCode::INTERNAL_SERVER_ERROR, "the open failed"),
+    };
+    let now = SystemTime::now();
+    let track = &file.track;
+    let validators = Validators::new(track.id, track.content_version, track.served_mtime_ns(), now);
+    let size = file.layout.len();
+    let ranges_allowed = match evaluate(headers, &validators) {
+        Precondition::NotModified => return with_validators(StatusCode::NOT_MODIFIED, &validators, now, 0),
+        Precondition::Failed => return plain(StatusCode::PRECONDITION_FAILED, "precondition failed"),
+        Precondition::Serve { ranges_allowed } => ranges_allowed,
+    };
+    let ranges = match headers.get(header::RANGE).filter(|_| ranges_allowed) {
+        None => None,
+        Some(value) => match asked_ranges(value, size) {
+            Asked::Whole => None,
+            Asked::Ranges(ranges) => Some(ranges),
+            Asked::Unsatisfiable => return unsatisfiable(size),
+        },
+    };
+    let kind = content_type(&entry);
+    let (status, parts, length, body_type) = match ranges.as_deref() {
+        None => (
+            StatusCode::OK,
+            vec![Part::bytes(0..=size.saturating_sub(1), size)],
+            size,
+            kind.to_string(),
+        ),
+        Some([one]) => (
+            StatusCode::PARTIAL_CONTENT,
+            vec![Part::bytes(one.clone(), size)],
+            one_len(one),
+            kind.to_string(),
+        ),
+        Some(many) => {
+            let parts = multipart(many, size, kind);
+            let length = parts.iter().map(Part::len).sum();
+            (
+                StatusCode::PARTIAL_CONTENT,
+                parts,
+                length,
+                format!("multipart/byteranges; boundary={BOUNDARY}"),
+            )
+        }
+    };
+    let mut response = with_validators(status, &validators, now, length);
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, value(&body_type));
+    if let (StatusCode::PARTIAL_CONTENT, [Part::Bytes(range)]) = (status, parts.as_slice()) {
+        h.insert(header::CONTENT_RANGE, value(&content_range(range, size)));
+    }
+    if head || size == 0 {
+        return response;
+    }
+    *response.body_mut() = stream(view, file, parts);
+    response
+}
+
+/// The answer's status and the headers every answer about the file has.
+fn with_validators(status: StatusCode, v: &Validators, now: SystemTime, length: u64) -> Reply {
+    let mut response = Response::new(crate::route::empty());
+    *response.status_mut() = status;
+    let h = response.headers_mut();
+    h.insert(header::ETAG, value(&v.etag));
+    h.insert(header::LAST_MODIFIED, value(&v.last_modified(now)));
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    if status != StatusCode::NOT_MODIFIED {
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    }
+    response
+}
+
+fn value(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// Why the view could not open the file, as a status.
+fn open_failed(e: &io::Error) -> Reply {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) => plain(StatusCode::NOT_FOUND, "not found"),
+        Some(libc::EMFILE | libc::ENFILE) => plain(StatusCode::SERVICE_UNAVAILABLE, "too many open files"),
+        _ => plain(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the file cannot be served (see the server's log)",
+        ),
+    }
+}
+
+fn unsatisfiable(size: u64) -> Reply {
+    let mut response = plain(StatusCode::RANGE_NOT_SATISFIABLE, "range not satisfiable");
+    response
+        .headers_mut()
+        .insert(header::CONTENT_RANGE, value(&format!("bytes */{size}")));
+    response
+}
+
+/// What a `Range` header asks of a file of `size` bytes.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Asked {
+    /// No range that means anything (another unit, bad syntax): the
+    /// whole file, as RFC 9110 has a server ignore such a header.
+    Whole,
+    Ranges(Vec<RangeInclusive<u64>>),
+    Unsatisfiable,
+}
+
+pub(crate) fn asked_ranges(value: &HeaderValue, size: u64) -> Asked {
+    let Ok(text) = value.to_str() else {
+        return Asked::Whole;
+    };
+    let Ok(parsed) = http_range_header::parse_range_header(text) else {
+        return Asked::Whole;
+    };
+    match parsed.validate(size) {
+        Ok(ranges) if !ranges.is_empty() => Asked::Ranges(ranges),
+        _ => Asked::Unsatisfiable,
+    }
+}
+
+fn one_len(range: &RangeInclusive<u64>) -> u64 {
+    range.end() - range.start() + 1
+}
+
+fn content_range(range: &RangeInclusive<u64>, size: u64) -> String {
+    format!("bytes {}-{}/{size}", range.start(), range.end())
+}
+
+/// A piece of a body: bytes of the file, or text between them.
+#[derive(Debug, Clone)]
+enum Part {
+    Bytes(RangeInclusive<u64>),
+    Text(Bytes),
+}
+
+impl Part {
+    /// The whole of the file (none of an empty one).
+    fn bytes(range: RangeInclusive<u64>, size: u64) -> Part {
+        if size == 0 {
+            Part::Text(Bytes::new())
+        } else {
+            Part::Bytes(range)
+        }
+    }
+
+    fn len(&self) -> u64 {
+        match self {
+            Part::Bytes(range) => one_len(range),
+            Part::Text(text) => text.len() as u64,
+        }
+    }
+}
+
+/// The parts of a `multipart/byteranges` body.
+fn multipart(ranges: &[RangeInclusive<u64>], size: u64, kind: &str) -> Vec<Part> {
+    let mut parts = Vec::new();
+    for range in ranges {
+        let head = format!(
+            "\r\n--{BOUNDARY}\r\nContent-Type: {kind}\r\nContent-Range: {}\r\n\r\n",
+            content_range(range, size)
+        );
+        parts.push(Part::Text(Bytes::from(head)));
+        parts.push(Part::Bytes(range.clone()));
+    }
+    parts.push(Part::Text(Bytes::from(format!("\r\n--{BOUNDARY}--\r\n"))));
+    parts
+}
+
+/// A body fed by a blocking task that reads the parts from the view.
+fn stream(view: Arc<View>, file: Arc<OpenFile>, parts: Vec<Part>) -> crate::route::ReplyBody {
+    let (tx, rx) = mpsc::channel(CHUNKS_AHEAD);
+    tokio::task::spawn_blocking(move || {
+        for part in parts {
+            let range = match part {
+                Part::Text(text) => {
+                    if tx.blocking_send(Ok(Frame::data(text))).is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                Part::Bytes(range) => range,
+            };
+            let mut at = *range.start();
+            while at <= *range.end() {
+                let want = (range.end() - at + 1).min(CHUNK as u64) as usize;
+                let mut buf = vec![0u8; want];
+                let sent = match view.read_into(&file, at, &mut buf) {
+                    Ok(n) if n == want => tx.blocking_send(Ok(Frame::data(Bytes::from(buf)))),
+                    Ok(n) => {
+                        let why = format!("read {n} of {want} bytes at {at}");
+                        tracing::warn!("HTTP: track {}: {why}; connection cut", file.track.id);
+                        tx.blocking_send(Err(io::Error::other(why)))
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            "HTTP: track {}: reading at {at}: {e}; connection cut",
+                            file.track.id
+                        );
+                        tx.blocking_send(Err(e))
+                    }
+                };
+                if sent.is_err() {
+                    return;
+                }
+                at += want as u64;
+            }
+        }
+    });
+    http_body_util::combinators::BoxBody::new(ChannelBody { rx })
+}
+
+/// A body whose frames come through a channel; an error ends it and cuts
+/// the connection.
+struct ChannelBody {
+    rx: mpsc::Receiver<io::Result<Frame<Bytes>>>,
+}
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asked(s: &str, size: u64) -> Asked {
+        asked_ranges(&HeaderValue::from_str(s).unwrap(), size)
+    }
+
+    #[test]
+    fn ranges_as_clients_send_them() {
+        assert_eq!(asked("bytes=0-1", 100), Asked::Ranges(vec![0..=1]));
+        assert_eq!(asked("bytes=-10", 100), Asked::Ranges(vec![90..=99]));
+        assert_eq!(asked("bytes=90-", 100), Asked::Ranges(vec![90..=99]));
+        assert_eq!(asked("bytes=0-1,5-6", 100), Asked::Ranges(vec![0..=1, 5..=6]));
+        assert_eq!(asked("bytes=100-", 100), Asked::Unsatisfiable);
+        assert_eq!(asked("items=0-1", 100), Asked::Whole);
+        assert_eq!(asked("bytes=oops", 100), Asked::Whole);
+    }
+}

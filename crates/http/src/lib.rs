@@ -1,0 +1,15 @@
+//! The retagfs view served over HTTP: GET and HEAD of every file and
+//! folder, byte-identical to what the FUSE mount serves, with ranges,
+//! per-version validators, and listings for browsers, scripts and players.
+//! It stands on the view alone ([`retagfs_core::View`]), and follows the
+//! store live as a mount does.
+
+mod conditional;
+mod file_response;
+mod listing;
+mod request_path;
+mod route;
+mod server;
+
+pub use request_path::{resolve, PathError};
+pub use server::{serve, HttpOptions};

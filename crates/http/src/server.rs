@@ -1,0 +1,110 @@
+//! The HTTP server: a listener, one task per connection (at most
+//! `max_connections`), timeouts for slow and idle clients, and a clean stop
+//! on SIGINT or SIGTERM (no new connections; those open finish their
+//! requests).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use retagfs_core::View;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::route;
+
+/// How the server listens.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    pub listen: SocketAddr,
+    /// Connections served at once; more wait in the listen queue.
+    pub max_connections: usize,
+    /// How long a client may take to send a request's headers.
+    pub header_timeout: Duration,
+}
+
+impl HttpOptions {
+    pub fn new(listen: SocketAddr) -> HttpOptions {
+        HttpOptions {
+            listen,
+            max_connections: 256,
+            header_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Serves `view` until SIGINT or SIGTERM. Returns once the listener is
+/// closed and open connections have ended (or after a grace period).
+pub fn serve(view: Arc<View>, options: HttpOptions) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("retagfs-http")
+        .build()?;
+    runtime.block_on(run(view, options))
+}
+
+async fn run(view: Arc<View>, options: HttpOptions) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(options.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("listening on {}: {e}", options.listen))?;
+    let local = listener.local_addr()?;
+    tracing::info!("serving the view over HTTP at http://{local}/");
+    eprintln!("retagfs: serving the view at http://{local}/ (Ctrl-C to stop)");
+    let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    let stop = stop_signal();
+    tokio::pin!(stop);
+    loop {
+        let permit = tokio::select! {
+            _ = &mut stop => break,
+            permit = slots.clone().acquire_owned() => permit?,
+        };
+        let (stream, peer) = tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!("HTTP: accepting a connection: {e}");
+                    continue;
+                }
+            },
+        };
+        let view = view.clone();
+        let header_timeout = options.header_timeout;
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let view = view.clone();
+                async move { Ok::<_, std::convert::Infallible>(route::handle(view, req).await) }
+            });
+            let served = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .max_buf_size(64 << 10)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+            if let Err(e) = served {
+                tracing::debug!("HTTP: connection from {peer}: {e}");
+            }
+            drop(permit);
+        });
+    }
+    tracing::info!("HTTP: stopping");
+    // Requests in flight get a moment to finish.
+    let all = u32::try_from(options.max_connections.max(1)).unwrap_or(u32::MAX);
+    let _ = tokio::time::timeout(Duration::from_secs(5), slots.acquire_many(all)).await;
+    Ok(())
+}
+
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
+    else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}
