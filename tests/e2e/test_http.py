@@ -9,6 +9,7 @@ import json
 import os
 import random
 import re
+import socket
 import subprocess
 import time
 import urllib.parse
@@ -186,3 +187,53 @@ def test_nothing_outside_the_view_and_only_reads(served):
         assert status == 405 and h["allow"] == "GET, HEAD, OPTIONS", method
     status, h, _ = s.request("OPTIONS", "/")
     assert status == 204 and "GET" in h["allow"]
+
+
+def test_slow_and_idle_clients_are_dropped_and_others_served(tmp_path, store):
+    s = Server(store, tmp_path / "serve.log", "--header-timeout", "1", "--max-connections", "8")
+    try:
+        idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(4)]
+        slow = socket.create_connection(("127.0.0.1", s.port))
+        slow.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+        assert s.request("GET", "/")[0] == 200
+        slow.settimeout(10)
+        started = time.time()
+        answer = slow.recv(4096)  # 408 or a close, once its second is up
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer
+        assert time.time() - started < 5, "the slow client was kept"
+        for c in idle:
+            c.settimeout(10)
+            c.recv(1)  # the server closes connections that send nothing
+        assert s.request("GET", "/")[0] == 200
+    finally:
+        s.stop()
+
+
+def test_a_mount_serves_the_same_view_over_http(tmp_path, store, library, mount):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    m = mount(store, "--serve", "127.0.0.1:%d" % port)
+    flac = export(store)[str(library / "tagged.flac")]
+    conn = lambda: http.client.HTTPConnection("127.0.0.1", port, timeout=30)  # noqa: E731
+
+    def get(path):
+        c = conn()
+        c.request("GET", quoted(path))
+        r = c.getresponse()
+        return r.status, r.read()
+
+    wait_for(lambda: _listening(port))
+    assert get(flac["path"]) == (200, open(os.path.join(m.mnt, flac["path"]), "rb").read())
+    run("tag", "--db", str(store), "set", str(flac["id"]), "title=Both Ways")
+    new = os.path.join(os.path.dirname(flac["path"]), "03 Both Ways.flac")
+    wait_for(lambda: get(new)[0] == 200)
+    assert get(new)[1] == open(os.path.join(m.mnt, new), "rb").read()
+
+
+def _listening(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False

@@ -159,6 +159,10 @@ pub struct ServeArgs {
     /// Connections served at once; more wait their turn.
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,
+    /// Seconds a client may take to send a request's headers, and a kept
+    /// connection may stay idle; a slower client is dropped.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    pub header_timeout: u64,
     #[command(flatten)]
     pub view: ViewArgs,
     #[arg(long, value_enum, default_value = "synthesis")]
@@ -176,6 +180,10 @@ pub struct MountArgs {
     pub view: ViewArgs,
     #[arg(long, value_enum, default_value = "synthesis")]
     pub mode: ModeArg,
+    /// Serve the same view over HTTP too, from this process (as `retagfs
+    /// serve` does): one daemon, one view, one live refresh.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub serve: Option<std::net::SocketAddr>,
     /// Check the template and print sample paths and counts; do not mount.
     #[arg(long)]
     pub dry_run: bool,

@@ -178,10 +178,15 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
         io_uring: io_uring_wanted(a.io_uring)?,
         ownership,
     };
+    let http_view = lib.clone();
     let mut mount = Mount::new(lib, &a.mountpoint, &mount_config).with_context(|| {
         let hint = FuseAccess::of_this_user().hint();
         format!("mounting on {} ({hint})", a.mountpoint.display())
     })?;
+    if let Some(listen) = a.serve {
+        crate::serve::warn_if_exposed(listen);
+        retagfs_http::spawn(http_view, retagfs_http::HttpOptions::new(listen))?;
+    }
     let unmounter = mount.unmounter();
     let signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     let mountpoint = a.mountpoint.clone();

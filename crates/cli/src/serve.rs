@@ -21,19 +21,24 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         );
     }
     drop(store);
-    if !a.listen.ip().is_loopback() {
-        tracing::warn!(
-            "listening on {}: every machine that can reach it may read every file of the view \
-             (no authentication yet); use --listen 127.0.0.1:PORT to keep it on this machine",
-            a.listen
-        );
-    }
+    warn_if_exposed(a.listen);
     let view = Arc::new(View::load(&a.db, config)?);
     crate::release_free_memory();
     let watcher = Watcher::spawn(view.clone(), &a.db, |_| {})?;
     let mut options = HttpOptions::new(a.listen);
     options.max_connections = a.max_connections;
+    options.header_timeout = std::time::Duration::from_secs(a.header_timeout.max(1));
     let served = retagfs_http::serve(view, options);
     watcher.stop();
     served
+}
+
+/// Says what a listener beyond loopback exposes.
+pub fn warn_if_exposed(listen: std::net::SocketAddr) {
+    if !listen.ip().is_loopback() {
+        tracing::warn!(
+            "listening on {listen}: every machine that can reach it may read every file of the view \
+             (no authentication yet); use --listen 127.0.0.1:PORT to keep it on this machine"
+        );
+    }
 }

@@ -24,7 +24,49 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("template", template),
     ("import", import_json),
     ("serve", serve),
+    ("http", http_request),
 ];
+
+/// A request's path and `Range` header, as a client could send them,
+/// against a small view: a path resolves to a node of the view or is
+/// refused, never reaches outside it; ranges lie inside the file.
+pub fn http_request(data: &[u8]) {
+    use retagfs_core::view::tree::{FileEntry, NameExtension, Placement, Tree};
+    let text = String::from_utf8_lossy(data);
+    let (path, range) = text.split_once('\n').unwrap_or((&text, "bytes=0-"));
+    let mut tree = Tree::new();
+    for (i, p) in ["A/B/c", "A/d e", "%/#?"].iter().enumerate() {
+        tree.place(Placement {
+            path: p.to_string(),
+            file: FileEntry {
+                track_id: i as i64 + 1,
+                format: Format::Flac,
+                name_extension: NameExtension::OfFormat,
+                size: 1000,
+                mtime_ns: 0,
+                content_version: 1,
+            },
+        });
+    }
+    if let Ok((ino, _)) = retagfs_http::resolve(&tree, path) {
+        assert!(
+            tree.get(ino).is_some(),
+            "{path:?} resolved to a node the tree lacks"
+        );
+    }
+    if let Ok(value) = hyper::header::HeaderValue::from_str(range) {
+        for size in [0u64, 1, 1000] {
+            if let retagfs_http::Asked::Ranges(ranges) = retagfs_http::asked_ranges(&value, size) {
+                for r in ranges {
+                    assert!(
+                        r.start() <= r.end() && *r.end() < size,
+                        "{range:?}: {r:?} of {size}"
+                    );
+                }
+            }
+        }
+    }
+}
 
 /// FLAC metadata blocks (and ID3v2 in front of them).
 pub fn flac(data: &[u8]) {

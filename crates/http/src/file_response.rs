@@ -153,7 +153,7 @@ fn unsatisfiable(size: u64) -> Reply {
 
 /// What a `Range` header asks of a file of `size` bytes.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Asked {
+pub enum Asked {
     /// No range that means anything (another unit, bad syntax): the
     /// whole file, as RFC 9110 has a server ignore such a header.
     Whole,
@@ -161,7 +161,8 @@ pub(crate) enum Asked {
     Unsatisfiable,
 }
 
-pub(crate) fn asked_ranges(value: &HeaderValue, size: u64) -> Asked {
+/// What a `Range` header asks of a file of `size` bytes.
+pub fn asked_ranges(value: &HeaderValue, size: u64) -> Asked {
     let Ok(text) = value.to_str() else {
         return Asked::Whole;
     };

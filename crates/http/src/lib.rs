@@ -11,5 +11,6 @@ mod request_path;
 mod route;
 mod server;
 
+pub use file_response::{asked_ranges, Asked};
 pub use request_path::{resolve, PathError};
-pub use server::{serve, HttpOptions};
+pub use server::{serve, spawn, HttpOptions};

@@ -1,10 +1,14 @@
 //! A request's path, matched against the view's tree: percent-decoded one
 //! component at a time, so that an encoded `/` or NUL can never split or
 //! end a name, and only names the tree holds are reached (no `.`, `..`,
-//! or anything outside the view).
+//! or anything outside the view). A name is matched exactly first, then
+//! in Unicode normalization form C when exactly one name of the folder
+//! matches so (a client that sends NFD where the tree holds NFC, or the
+//! reverse).
 
 use percent_encoding::percent_decode_str;
 use retagfs_core::view::tree::{Tree, ROOT_INO};
+use unicode_normalization::UnicodeNormalization;
 
 /// The longest request path taken (a path of the view is far shorter:
 /// names are at most 255 bytes).
@@ -39,9 +43,25 @@ pub fn resolve(tree: &Tree, path: &str) -> Result<(u64, bool), PathError> {
             return Err(PathError::Invalid("empty path component"));
         }
         let name = component(raw)?;
-        ino = tree.child(ino, &name).ok_or(PathError::NotFound)?;
+        ino = tree
+            .child(ino, &name)
+            .or_else(|| child_by_normal_form(tree, ino, &name))
+            .ok_or(PathError::NotFound)?;
     }
     Ok((ino, ends_with_slash))
+}
+
+/// The one child of `dir` whose name equals `name` in normalization form
+/// C, if exactly one does.
+fn child_by_normal_form(tree: &Tree, dir: u64, name: &str) -> Option<u64> {
+    let wanted: String = name.nfc().collect();
+    let mut matches = tree
+        .listing(dir, 2)
+        .ok()?
+        .filter(|(_, child, _)| child.nfc().eq(wanted.chars()))
+        .map(|(ino, _, _)| ino);
+    let first = matches.next()?;
+    matches.next().is_none().then_some(first)
 }
 
 /// One decoded path component, refused if it could step out of its folder.
@@ -102,6 +122,8 @@ mod tests {
             assert!(matches!(resolve(&tree, bad), Err(PathError::Invalid(_))), "{bad}");
         }
         assert_eq!(resolve(&tree, "/etc/passwd"), Err(PathError::NotFound));
+        // NFD in the request, NFC in the tree.
+        assert_eq!(resolve(&tree, "/A%20b/Cafe%CC%81%20%231%3F/").unwrap().0, dir);
         assert!(resolve(&tree, &format!("/{}", "a".repeat(MAX_PATH))).is_err());
     }
 }

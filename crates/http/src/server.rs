@@ -39,17 +39,45 @@ impl HttpOptions {
 /// Serves `view` until SIGINT or SIGTERM. Returns once the listener is
 /// closed and open connections have ended (or after a grace period).
 pub fn serve(view: Arc<View>, options: HttpOptions) -> anyhow::Result<()> {
+    let listener = bind(&options)?;
+    run_until_stopped(view, listener, options)
+}
+
+/// Serves `view` from a thread of its own, beside a mount of the same view;
+/// the listener is bound before this returns, so that a port in use is an
+/// error of the caller's.
+pub fn spawn(view: Arc<View>, options: HttpOptions) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    let listener = bind(&options)?;
+    Ok(std::thread::Builder::new()
+        .name("retagfs-http".into())
+        .spawn(move || {
+            if let Err(e) = run_until_stopped(view, listener, options) {
+                tracing::error!("HTTP: {e:#}");
+            }
+        })?)
+}
+
+fn bind(options: &HttpOptions) -> anyhow::Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind(options.listen)
+        .map_err(|e| anyhow::anyhow!("listening on {}: {e} (another --listen port?)", options.listen))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+fn run_until_stopped(
+    view: Arc<View>,
+    listener: std::net::TcpListener,
+    options: HttpOptions,
+) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("retagfs-http")
         .build()?;
-    runtime.block_on(run(view, options))
+    runtime.block_on(run(view, listener, options))
 }
 
-async fn run(view: Arc<View>, options: HttpOptions) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(options.listen)
-        .await
-        .map_err(|e| anyhow::anyhow!("listening on {}: {e}", options.listen))?;
+async fn run(view: Arc<View>, listener: std::net::TcpListener, options: HttpOptions) -> anyhow::Result<()> {
+    let listener = TcpListener::from_std(listener)?;
     let local = listener.local_addr()?;
     tracing::info!("serving the view over HTTP at http://{local}/");
     eprintln!("retagfs: serving the view at http://{local}/ (Ctrl-C to stop)");
