@@ -67,6 +67,7 @@ demo: build
 # The benchmark suite (prints tables; not a test): criterion benches of the
 # in-process hot paths, then the whole-system figures against direct reads.
 bench: build
+	$(call apt_install_missing,wrk:wrk nginx:nginx-light)
 	$(CARGO) bench --locked -p retagfs-core --bench hot_paths -- --warm-up-time 1 --measurement-time 2 --noplot
 	python3 scripts/bench.py
 

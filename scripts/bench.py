@@ -19,6 +19,8 @@ directly on the backing files in the same run, as a ratio:
             format, synthesis and structure-only, cold (drop_caches) and
             repeated
   refresh   single-track retag -> new path visible (see bench_refresh.py)
+  http      random 64 KiB range GETs at concurrency 16, `retagfs serve`
+            against nginx over the backing files (see bench_http.py)
 
 The daemon's RSS is printed after each phase (mount, walk, stat, open, reads,
 concurrent readers, refresh), per track where the mount serves a library.
@@ -48,6 +50,7 @@ import time
 import mutagen
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_http  # noqa: E402
 import bench_refresh  # noqa: E402
 
 URING_PARAM = "/sys/module/fuse/parameters/enable_uring"
@@ -813,7 +816,7 @@ def main():
     ap.add_argument("--work", help="keep generated libraries here (default: a temp dir)")
     ap.add_argument("--scale", type=int, default=100000,
                     help="also scan, walk, stat and refresh a library this large (0: skip)")
-    ap.add_argument("--only", default="scan,tree,read,slow,refresh")
+    ap.add_argument("--only", default="scan,tree,read,slow,refresh,http")
     ap.add_argument("--io-uring", choices=["on", "off"], default="on" if os.path.exists(URING_PARAM) else "off",
                     help="mount with FUSE over io_uring (default where the kernel has it; as root the fuse module "
                          "parameter is turned on for the run and restored after)")
@@ -831,8 +834,10 @@ def main():
     print(f"retagfs benchmark suite: {a.tracks} tracks, {a.runs} runs per figure (median (min-max)), "
           f"requests through {transport}, work dir {work}")
     print(f"{'area':8s} {'work':52s} {'retagfs':>28s} {'direct':>28s} {'ratio':>8s}")
-    if only & {"scan", "tree"}:
+    if only & {"scan", "tree", "http"}:
         lib, db = bench_scan(work, a.tracks, a.runs)
+        if "http" in only:
+            bench_http.report(*bench_http.bench(lib, db), row)
         if "tree" in only:
             bench_tree(work, lib, db, a.runs)
         if "read" in only:

@@ -99,6 +99,11 @@ async fn run(view: Arc<View>, listener: std::net::TcpListener, options: HttpOpti
                 }
             },
         };
+        // An answer's headers and body go out as written, not held back
+        // for the client's delayed acknowledgement.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("HTTP: TCP_NODELAY for {peer}: {e}");
+        }
         let view = view.clone();
         let header_timeout = options.header_timeout;
         tokio::spawn(async move {
