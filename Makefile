@@ -54,10 +54,14 @@ unit:
 e2e: build
 	bash tests/e2e/run.sh
 
-# The media software the end-to-end tests run against a mounted view.
+# The media software and the browser the end-to-end tests run against a
+# mounted or served view.
 test-deps: deps
 	$(call apt_install_missing,mpd:mpd mpc:mpc minidlnad:minidlna exiftool:libimage-exiftool-perl \
-	  ip:iproute2 unshare:util-linux)
+	  ip:iproute2 unshare:util-linux curl:curl chromium:chromium chromedriver:chromium-driver)
+	@python3 -c 'import selenium' 2>/dev/null || \
+	  python3 -m pip install -q selenium 2>/dev/null || \
+	  python3 -m pip install -q --break-system-packages selenium
 
 test: test-deps lint unit e2e
 

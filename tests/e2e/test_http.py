@@ -237,3 +237,47 @@ def _listening(port):
         return True
     except OSError:
         return False
+
+
+def chromium():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--autoplay-policy=no-user-gesture-required"]:
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+def test_a_browser_follows_every_link_and_plays_every_format_it_decodes(tmp_path, store, library):
+    # Names a link must escape: spaces, '#', '?', '%', accents (NFD too).
+    run("tag", "--db", str(store), "set", "-r", str(library),
+        "albumartist=Ärtist #1? 100%", "album=Cafe\u0301 & Ümlauts")
+    s = Server(store, tmp_path / "serve.log")
+    driver = chromium()
+    try:
+        driver.get(s.url(quoted("Ärtist #1? 100%/Cafe\u0301 & Ümlauts") + "/"))
+        links = [a.get_attribute("href") for a in driver.find_elements("tag name", "a")]
+        assert len(links) > 6, driver.page_source[:500]
+        for link in links:
+            path = urllib.parse.urlsplit(link)
+            status = s.request("GET", path.path + ("?" + path.query if path.query else ""))[0]
+            assert status == 200, link
+        loaded = {}
+        for audio in driver.find_elements("tag name", "audio"):
+            src = audio.get_attribute("src")
+            duration = driver.execute_async_script(
+                "const a = arguments[0], done = arguments[1];"
+                "a.preload = 'metadata';"
+                "a.onloadedmetadata = () => done(a.duration);"
+                "a.onerror = () => done(-1);"
+                "setTimeout(() => done(-2), 10000);"
+                "a.load();", audio)
+            loaded[os.path.splitext(urllib.parse.unquote(src))[1]] = duration
+        for ext in [".flac", ".mp3", ".ogg", ".opus", ".wav"]:
+            assert loaded.get(ext, 0) > 0, loaded
+    finally:
+        driver.quit()
+        s.stop()
