@@ -187,6 +187,15 @@ def test_nothing_outside_the_view_and_only_reads(served):
         assert status == 405 and h["allow"] == "GET, HEAD, OPTIONS", method
     status, h, _ = s.request("OPTIONS", "/")
     assert status == 204 and "GET" in h["allow"]
+    # Headers beyond the server's bound: refused, and the server goes on.
+    with socket.create_connection(("127.0.0.1", s.port), timeout=10) as c:
+        try:
+            c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 200_000 + b"\r\n\r\n")
+            answer = c.recv(4096)
+        except (BrokenPipeError, ConnectionResetError):
+            answer = b""
+        assert answer == b"" or answer.split(b" ")[1] in (b"400", b"431"), answer[:100]
+    assert s.request("GET", "/")[0] == 200
 
 
 def test_slow_and_idle_clients_are_dropped_and_others_served(tmp_path, store):
@@ -281,3 +290,29 @@ def test_a_browser_follows_every_link_and_plays_every_format_it_decodes(tmp_path
     finally:
         driver.quit()
         s.stop()
+
+
+def test_a_client_that_stops_reading_is_cut(tmp_path):
+    lib = tmp_path / "big"
+    lib.mkdir()
+    subprocess.run(["sox", "-n", "-r", "48000", "-c", "2", "-b", "16", str(lib / "long.wav"), "synth", "120",
+                    "sine", "300"], check=True)
+    db = tmp_path / "big.db"
+    run("scan", str(lib), "--db", str(db))
+    s = Server(db, tmp_path / "serve.log", "--header-timeout", "1", "-v")
+    try:
+        path = quoted(json.loads(run("export", "--db", str(db)).stdout)[0]["path"])
+        stalled = socket.create_connection(("127.0.0.1", s.port))
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        # It reads nothing: the server cuts it within a few seconds (what
+        # it had sent by then is left in the kernel's buffers).
+        deadline = time.time() + 10
+        while "moved no byte" not in open(tmp_path / "serve.log").read():
+            assert time.time() < deadline, "the stalled client was kept"
+            time.sleep(0.2)
+        assert s.request("GET", "/")[0] == 200
+        stalled.close()
+    finally:
+        log = s.stop()
+    assert "moved no byte" in log, log

@@ -14,6 +14,7 @@ use retagfs_core::View;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use crate::progress::{LastProgress, Watched};
 use crate::route;
 
 /// How the server listens.
@@ -111,14 +112,31 @@ async fn run(view: Arc<View>, listener: std::net::TcpListener, options: HttpOpti
                 let view = view.clone();
                 async move { Ok::<_, std::convert::Infallible>(route::handle(view, req).await) }
             });
-            let served = http1::Builder::new()
+            let progress = LastProgress::new();
+            let connection = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_timeout)
                 .max_buf_size(64 << 10)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-            if let Err(e) = served {
-                tracing::debug!("HTTP: connection from {peer}: {e}");
+                .serve_connection(TokioIo::new(Watched::new(stream, progress.clone())), service);
+            tokio::pin!(connection);
+            loop {
+                tokio::select! {
+                    served = &mut connection => {
+                        if let Err(e) = served {
+                            tracing::debug!("HTTP: connection from {peer}: {e}");
+                        }
+                        break;
+                    }
+                    _ = tokio::time::sleep(header_timeout / 2) => {
+                        // Idle between requests is the header timeout's to
+                        // end; this catches a client that stopped reading
+                        // an answer (dropping the connection closes it).
+                        if progress.idle() > header_timeout {
+                            tracing::info!("HTTP: {peer} moved no byte for {header_timeout:?}: connection cut");
+                            break;
+                        }
+                    }
+                }
             }
             drop(permit);
         });
