@@ -159,8 +159,8 @@ pub struct ServeArgs {
     /// Connections served at once; more wait their turn.
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,
-    /// Seconds a client may take to send a request's headers, and a kept
-    /// connection may stay idle; a slower client is dropped.
+    /// Seconds a client may take to send a request's headers, keep a
+    /// connection idle, or leave an answer unread; such a client is dropped.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     pub header_timeout: u64,
     #[command(flatten)]
