@@ -79,6 +79,19 @@ pub fn open_existing(db: &Path) -> anyhow::Result<Store> {
     Ok(Store::open(db)?)
 }
 
+/// Fails, saying to scan first, when the store at `db` holds no track
+/// (there is no view to serve).
+pub fn check_has_tracks(db: &Path) -> anyhow::Result<()> {
+    if !open_existing(db)?.has_tracks()? {
+        bail!(
+            "the store {} has no tracks: run `retagfs scan <MUSIC_DIR> --db {}` first",
+            db.display(),
+            db.display()
+        );
+    }
+    Ok(())
+}
+
 fn init_logging(verbose: u8) {
     // The FUSE library logs every request type it does not implement
     // (terminal ioctls from `less`, ...) at warn level: keep only its errors.

@@ -143,15 +143,7 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
         3 => Id3Version::V23,
         _ => Id3Version::V24,
     };
-    let store = crate::open_existing(&a.db)?;
-    if !store.has_tracks()? {
-        bail!(
-            "the store {} has no tracks: run `retagfs scan <MUSIC_DIR> --db {}` first",
-            a.db.display(),
-            a.db.display()
-        );
-    }
-    drop(store);
+    crate::check_has_tracks(&a.db)?;
     let ownership = ownership(&a)?;
     if !a.dry_run {
         check_mountpoint(&a.mountpoint)?;

@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use anyhow::bail;
 use retagfs_core::view::watch::Watcher;
 use retagfs_core::{Mode, View};
 use retagfs_http::HttpOptions;
@@ -12,15 +11,7 @@ use crate::args::ServeArgs;
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let mode: Mode = a.mode.into();
     let config = a.view.config(mode)?;
-    let store = crate::open_existing(&a.db)?;
-    if !store.has_tracks()? {
-        bail!(
-            "the store {} has no tracks: run `retagfs scan <MUSIC_DIR> --db {}` first",
-            a.db.display(),
-            a.db.display()
-        );
-    }
-    drop(store);
+    crate::check_has_tracks(&a.db)?;
     warn_if_exposed(a.listen);
     let view = Arc::new(View::load(&a.db, config)?);
     crate::release_free_memory();
