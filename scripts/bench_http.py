@@ -6,6 +6,7 @@ second and latency percentiles). Runs alone as
 `scripts/bench_http.py --lib DIR --db DB`."""
 
 import argparse
+import http.client
 import json
 import os
 import random
@@ -39,20 +40,33 @@ def wait_listening(port, proc):
             time.sleep(0.05)
 
 
-def wrk_script(work, paths, name):
-    """A wrk script that asks each connection's requests for a random file
-    and a random 64 KiB range of its first 64 KiB plus one."""
-    quoted = ["/" + "/".join(urllib.parse.quote(p, safe="") for p in path.split("/")) for path in paths]
+def wrk_script(work, files, name):
+    """A wrk script whose requests ask for a random file of `files` (path,
+    bytes both sides serve of it) and a 64 KiB range from a random offset
+    inside it."""
     lua = os.path.join(work, name + ".lua")
     with open(lua, "w") as f:
-        f.write("paths = {\n" + ",\n".join(json.dumps(q) for q in quoted) + "\n}\n")
+        rows = ("{%s, %d}" % (json.dumps(quoted(path)), max(size - 1, 0)) for path, size in files)
+        f.write("files = {\n" + ",\n".join(rows) + "\n}\n")
         f.write("math.randomseed(7)\n"
                 "request = function()\n"
-                "  local p = paths[math.random(#paths)]\n"
-                "  local from = math.random(0, 1023)\n"
-                "  return wrk.format('GET', p, {['Range'] = 'bytes=' .. from .. '-' .. (from + %d)})\n"
+                "  local f = files[math.random(#files)]\n"
+                "  local from = math.random(0, f[2])\n"
+                "  return wrk.format('GET', f[1], {['Range'] = 'bytes=' .. from .. '-' .. (from + %d)})\n"
                 "end\n" % (SPAN - 1))
     return lua
+
+
+def quoted(path):
+    return "/" + "/".join(urllib.parse.quote(p, safe="") for p in path.split("/"))
+
+
+def served_size(port, path):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("HEAD", quoted(path))
+    size = int(conn.getresponse().getheader("Content-Length"))
+    conn.close()
+    return size
 
 
 def run_wrk(port, lua):
@@ -71,6 +85,9 @@ def run_wrk(port, lua):
 def nginx(work, root, port):
     conf = os.path.join(work, "nginx.conf")
     with open(conf, "w") as f:
+        # Workers of a master started as root run as `nobody`, which cannot
+        # read a private temporary library.
+        f.write("user root;\n" if os.geteuid() == 0 else "")
         f.write("daemon off; worker_processes 2; pid %s/nginx.pid; error_log %s/nginx.err;\n"
                 "events { worker_connections 1024; }\n"
                 "http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path %s;\n"
@@ -86,8 +103,6 @@ def bench(lib, db, sample=2000):
     tracks = json.loads(subprocess.run([BIN, "export", "--db", db], capture_output=True, text=True, check=True).stdout)
     rng = random.Random(1)
     chosen = rng.sample(tracks, min(sample, len(tracks)))
-    ours_lua = wrk_script(work, [t["path"] for t in chosen], "served")
-    theirs_lua = wrk_script(work, [os.path.relpath(t["backing_path"], lib) for t in chosen], "backing")
     port, nport = free_port(), free_port()
     served = subprocess.Popen([BIN, "serve", "--db", db, "--listen", "127.0.0.1:%d" % port],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -95,6 +110,12 @@ def bench(lib, db, sample=2000):
     try:
         wait_listening(port, served)
         wait_listening(nport, direct)
+        # Offsets both sides hold: the served file and the backing one
+        # differ in size by their tags.
+        sizes = [min(served_size(port, t["path"]), os.path.getsize(t["backing_path"])) for t in chosen]
+        ours_lua = wrk_script(work, [(t["path"], n) for t, n in zip(chosen, sizes)], "served")
+        theirs_lua = wrk_script(work, [(os.path.relpath(t["backing_path"], lib), n)
+                                       for t, n in zip(chosen, sizes)], "backing")
         # Alternated, so that both see the same machine.
         ours, theirs = [], []
         for _ in range(2):
