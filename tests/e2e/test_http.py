@@ -316,3 +316,17 @@ def test_a_client_that_stops_reading_is_cut(tmp_path):
     finally:
         log = s.stop()
     assert "moved no byte" in log, log
+
+
+def test_a_backing_file_changed_between_requests_is_an_error_not_stale_bytes(tmp_path, store):
+    s = Server(store, tmp_path / "serve.log")
+    try:
+        wav = next(t for t in export(store).values() if t["format"] == "wav")
+        path = quoted(wav["path"])
+        assert s.request("GET", path, {"Range": "bytes=0-99"})[0] == 206  # held open meanwhile
+        with open(wav["backing_path"], "r+b") as b:
+            b.truncate(os.path.getsize(wav["backing_path"]) - 10)
+        status, _, body = s.request("GET", path, {"Range": "bytes=0-99"})
+        assert status == 500, (status, body[:80])
+    finally:
+        s.stop()

@@ -21,7 +21,7 @@ use retagfs_store::Format;
 use tokio::sync::mpsc;
 
 use crate::conditional::{evaluate, Precondition, Validators};
-use crate::route::{plain, Reply};
+use crate::route::{plain, Reply, Shared};
 
 /// Bytes read from the view per chunk of a body.
 const CHUNK: usize = 256 << 10;
@@ -45,18 +45,31 @@ pub(crate) fn content_type(file: &FileEntry) -> &'static str {
 
 /// Answers a GET (or, with `head`, a HEAD) of the file at `ino`.
 pub(crate) async fn respond(
-    view: Arc<View>,
+    shared: &Shared,
     ino: u64,
     entry: FileEntry,
     headers: &HeaderMap,
     head: bool,
 ) -> Reply {
-    let opening = view.clone();
-    let opened = tokio::task::spawn_blocking(move || opening.open(ino)).await;
-    let file = match opened {
-        Ok(Ok(file)) => Arc::new(file),
-        Ok(Err(e)) => return open_failed(&e),
-        Err(_) => return plain(StatusCode::INTERNAL_SERVER_ERROR, "the open failed"),
+    let view = shared.view.clone();
+    let held = shared.open_files.get(ino, entry.content_version);
+    let file = match held.filter(|f| f.backing_unchanged()) {
+        Some(file) => file,
+        None => {
+            let opening = view.clone();
+            let opened = tokio::task::spawn_blocking(move || opening.open(ino)).await;
+            let file = match opened {
+                Ok(Ok(file)) => Arc::new(file),
+                Ok(Err(e)) => return open_failed(&e),
+                Err(_) => return plain(StatusCode::INTERNAL_SERVER_ERROR, "the open failed"),
+            };
+            // Held under the version it opened (a refresh may have come
+            // between the tree's look and the open).
+            shared
+                .open_files
+                .put(ino, file.track.content_version, file.clone());
+            file
+        }
     };
     let now = SystemTime::now();
     let track = &file.track;

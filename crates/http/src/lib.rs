@@ -7,6 +7,7 @@
 mod conditional;
 mod file_response;
 mod listing;
+mod open_files;
 mod progress;
 mod request_path;
 mod route;

@@ -12,8 +12,15 @@ use hyper::{Method, Request, Response, StatusCode};
 use retagfs_core::view::tree::Entry;
 use retagfs_core::View;
 
+use crate::open_files::OpenFiles;
 use crate::request_path::{resolve, PathError};
 use crate::{file_response, listing};
+
+/// What every request is answered from.
+pub(crate) struct Shared {
+    pub(crate) view: Arc<View>,
+    pub(crate) open_files: OpenFiles,
+}
 
 pub(crate) type ReplyBody = BoxBody<Bytes, io::Error>;
 pub(crate) type Reply = Response<ReplyBody>;
@@ -49,7 +56,8 @@ enum Found {
     FolderWithoutSlash,
 }
 
-pub(crate) async fn handle<B>(view: Arc<View>, req: Request<B>) -> Reply {
+pub(crate) async fn handle<B>(shared: Arc<Shared>, req: Request<B>) -> Reply {
+    let view = &shared.view;
     let head = match *req.method() {
         Method::GET => false,
         Method::HEAD => true,
@@ -75,9 +83,9 @@ pub(crate) async fn handle<B>(view: Arc<View>, req: Request<B>) -> Reply {
         }
     };
     match found {
-        Found::File(ino, entry) => file_response::respond(view, ino, entry, req.headers(), head).await,
+        Found::File(ino, entry) => file_response::respond(&shared, ino, entry, req.headers(), head).await,
         Found::Folder(ino) => {
-            let mut response = listing::respond(&view, ino, &path, req.uri().query(), req.headers());
+            let mut response = listing::respond(view, ino, &path, req.uri().query(), req.headers());
             if head {
                 *response.body_mut() = empty();
             }

@@ -14,8 +14,9 @@ use retagfs_core::View;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use crate::open_files::OpenFiles;
 use crate::progress::{LastProgress, Watched};
-use crate::route;
+use crate::route::{self, Shared};
 
 /// How the server listens.
 #[derive(Debug, Clone)]
@@ -82,6 +83,10 @@ async fn run(view: Arc<View>, listener: std::net::TcpListener, options: HttpOpti
     let local = listener.local_addr()?;
     tracing::info!("serving the view over HTTP at http://{local}/");
     eprintln!("retagfs: serving the view at http://{local}/ (Ctrl-C to stop)");
+    let shared = Arc::new(Shared {
+        view,
+        open_files: OpenFiles::default(),
+    });
     let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
     let stop = stop_signal();
     tokio::pin!(stop);
@@ -105,12 +110,12 @@ async fn run(view: Arc<View>, listener: std::net::TcpListener, options: HttpOpti
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!("HTTP: TCP_NODELAY for {peer}: {e}");
         }
-        let view = view.clone();
+        let shared = shared.clone();
         let header_timeout = options.header_timeout;
         tokio::spawn(async move {
             let service = service_fn(move |req| {
-                let view = view.clone();
-                async move { Ok::<_, std::convert::Infallible>(route::handle(view, req).await) }
+                let shared = shared.clone();
+                async move { Ok::<_, std::convert::Infallible>(route::handle(shared, req).await) }
             });
             let progress = LastProgress::new();
             let connection = http1::Builder::new()

@@ -37,10 +37,15 @@ pub(super) fn open_backing(track: &TrackRow, log: Log) -> io::Result<File> {
 
 /// EIO (and a log line) when the open backing file's size or mtime no
 /// longer match the scan: its offsets are stale.
+/// Whether a backing file's stamps are still those the scan saw.
+pub(super) fn same_file_as_scanned(track: &TrackRow, now: &retagfs_store::Stamps) -> bool {
+    now.size == track.stamps.size && now.mtime_ns == track.stamps.mtime_ns
+}
+
 pub(super) fn check_stamps(track: &TrackRow, backing: &File, log: Log) -> io::Result<()> {
     let meta = backing.metadata().map_err(|_| eio())?;
     let now = crate::stamps(&meta);
-    if now.size != track.stamps.size || now.mtime_ns != track.stamps.mtime_ns {
+    if !same_file_as_scanned(track, &now) {
         if let Some(more) = logged(track.id, "changed", log) {
             tracing::warn!(
                 "{}: backing file changed since it was scanned (size {} -> {}); run `retagfs scan` again{more}",

@@ -93,6 +93,15 @@ pub enum ReadAheadMode {
 }
 
 impl OpenFile {
+    /// Whether the backing file is still as the scan saw it: a file kept
+    /// open serves the version it opened, but a new request for it should
+    /// be refused as a new open would be.
+    pub fn backing_unchanged(&self) -> bool {
+        self.backing
+            .metadata()
+            .is_ok_and(|m| backing::same_file_as_scanned(&self.track, &crate::stamps(&m)))
+    }
+
     /// The backing file, when the served file is that file byte for byte
     /// (structure-only mode, or a track served byte-identical): the kernel
     /// can then read it directly (FUSE passthrough).
