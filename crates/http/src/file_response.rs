@@ -92,13 +92,13 @@ pub(crate) async fn respond(
     let (status, parts, length, body_type) = match ranges.as_deref() {
         None => (
             StatusCode::OK,
-            vec![Part::bytes(0..=size.saturating_sub(1), size)],
+            vec![Part::Bytes(0..=size.saturating_sub(1))],
             size,
             kind.to_string(),
         ),
         Some([one]) => (
             StatusCode::PARTIAL_CONTENT,
-            vec![Part::bytes(one.clone(), size)],
+            vec![Part::Bytes(one.clone())],
             one_len(one),
             kind.to_string(),
         ),
@@ -119,6 +119,7 @@ pub(crate) async fn respond(
     if let (StatusCode::PARTIAL_CONTENT, [Part::Bytes(range)]) = (status, parts.as_slice()) {
         h.insert(header::CONTENT_RANGE, value(&content_range(range, size)));
     }
+    // An empty file has no byte to send (its one part names none).
     if head || size == 0 {
         return response;
     }
@@ -197,22 +198,13 @@ fn content_range(range: &RangeInclusive<u64>, size: u64) -> String {
 }
 
 /// A piece of a body: bytes of the file, or text between them.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 enum Part {
     Bytes(RangeInclusive<u64>),
     Text(Bytes),
 }
 
 impl Part {
-    /// The whole of the file (none of an empty one).
-    fn bytes(range: RangeInclusive<u64>, size: u64) -> Part {
-        if size == 0 {
-            Part::Text(Bytes::new())
-        } else {
-            Part::Bytes(range)
-        }
-    }
-
     fn len(&self) -> u64 {
         match self {
             Part::Bytes(range) => one_len(range),

@@ -50,11 +50,12 @@ pub(crate) fn respond(view: &View, ino: u64, path: &str, query: Option<&str>, he
     } else {
         ("text/html; charset=utf-8", html(path, &items))
     };
-    let mut response = Response::new(full(body.clone()));
+    let length = body.len();
+    let mut response = Response::new(full(body));
     *response.status_mut() = StatusCode::OK;
     let h = response.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
-    h.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
 }

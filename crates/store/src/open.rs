@@ -60,14 +60,14 @@ impl Store {
             source,
         };
         let conn = Connection::open(path).map_err(open_err)?;
-        let mut store = Store {
+        // Opened to write, a store is brought to this binary's version.
+        let store = Store {
             conn,
             opened_version: SCHEMA_VERSION,
             scan_lock: None,
         };
         store.configure().map_err(open_err)?;
         store.migrate(path)?;
-        store.opened_version = store.schema_version_now()?;
         Ok(store)
     }
 
