@@ -29,12 +29,17 @@ pub(crate) struct Validators {
     pub(crate) modified_in_future: bool,
 }
 
+/// The entity tag of a track's version, quoted.
+pub(crate) fn entity_tag(track_id: i64, version: i64) -> String {
+    format!("\"{track_id}-{version}\"")
+}
+
 impl Validators {
     pub(crate) fn new(track_id: i64, version: i64, mtime_ns: i64, now: SystemTime) -> Validators {
         let modified_secs = u64::try_from(mtime_ns.div_euclid(1_000_000_000)).unwrap_or(0);
         let now_secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         Validators {
-            etag: format!("\"{track_id}-{version}\""),
+            etag: entity_tag(track_id, version),
             modified_secs,
             modified_in_future: modified_secs > now_secs,
         }

@@ -268,7 +268,7 @@ fn stream(view: Arc<View>, file: Arc<OpenFile>, parts: Vec<Part>) -> crate::rout
             }
         }
     });
-    http_body_util::combinators::BoxBody::new(ChannelBody { rx })
+    http_body_util::combinators::UnsyncBoxBody::new(ChannelBody { rx })
 }
 
 /// A body whose frames come through a channel; an error ends it and cuts

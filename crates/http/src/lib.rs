@@ -12,6 +12,8 @@ mod progress;
 mod request_path;
 mod route;
 mod server;
+mod webdav;
+mod webdav_fs;
 
 pub use file_response::{asked_ranges, Asked};
 pub use request_path::{resolve, PathError};

@@ -1,39 +1,54 @@
 //! One request to one answer: the method, the path in the view's tree,
-//! then a file or a folder.
+//! then a file, a folder, or (PROPFIND) the WebDAV properties of either.
 
 use std::io;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
+use bytes::{Buf, Bytes};
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Body;
 use hyper::header::{self, HeaderValue};
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Request, Response, StatusCode};
 use retagfs_core::view::tree::Entry;
 use retagfs_core::View;
 
 use crate::open_files::OpenFiles;
 use crate::request_path::{resolve, PathError};
+use crate::webdav::{WebDav, DAV_CLASSES};
 use crate::{file_response, listing};
 
 /// What every request is answered from.
 pub(crate) struct Shared {
     pub(crate) view: Arc<View>,
     pub(crate) open_files: OpenFiles,
+    pub(crate) webdav: WebDav,
 }
 
-pub(crate) type ReplyBody = BoxBody<Bytes, io::Error>;
+impl Shared {
+    pub(crate) fn new(view: Arc<View>) -> Shared {
+        Shared {
+            webdav: WebDav::new(view.clone()),
+            view,
+            open_files: OpenFiles::default(),
+        }
+    }
+}
+
+pub(crate) type ReplyBody = UnsyncBoxBody<Bytes, io::Error>;
 pub(crate) type Reply = Response<ReplyBody>;
 
 /// What the server allows: it only reads.
-const ALLOW: &str = "GET, HEAD, OPTIONS";
+const ALLOW: &str = "OPTIONS, GET, HEAD, PROPFIND";
 
 pub(crate) fn empty() -> ReplyBody {
-    Empty::new().map_err(|never| match never {}).boxed()
+    Empty::new().map_err(|never| match never {}).boxed_unsync()
 }
 
 pub(crate) fn full(bytes: impl Into<Bytes>) -> ReplyBody {
-    Full::new(bytes.into()).map_err(|never| match never {}).boxed()
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
 }
 
 /// A short text answer.
@@ -54,16 +69,33 @@ enum Found {
     /// A folder asked for without its closing `/`: relative links in its
     /// listing need it.
     FolderWithoutSlash,
+    /// A node whose WebDAV properties are asked for.
+    Properties,
 }
 
-pub(crate) async fn handle<B>(shared: Arc<Shared>, req: Request<B>) -> Reply {
+/// How a request reads the view.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    Get,
+    Head,
+    PropFind,
+}
+
+pub(crate) async fn handle<B>(shared: Arc<Shared>, req: Request<B>) -> Reply
+where
+    B: Body + Send + 'static,
+    B::Data: Buf + Send + 'static,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
     let view = &shared.view;
-    let head = match *req.method() {
-        Method::GET => false,
-        Method::HEAD => true,
-        Method::OPTIONS => return allow(StatusCode::NO_CONTENT),
+    let reading = match req.method().as_str() {
+        "GET" => Reading::Get,
+        "HEAD" => Reading::Head,
+        "PROPFIND" => Reading::PropFind,
+        "OPTIONS" => return allow(StatusCode::OK),
         _ => return allow(StatusCode::METHOD_NOT_ALLOWED),
     };
+    let head = reading == Reading::Head;
     let path = req.uri().path().to_string();
     let found = {
         let tree = view.tree();
@@ -74,8 +106,9 @@ pub(crate) async fn handle<B>(shared: Arc<Shared>, req: Request<B>) -> Reply {
             }
             Err(PathError::NotFound) => return plain(StatusCode::NOT_FOUND, "not found"),
             Ok((ino, slash)) => match tree.get(ino).map(|n| &n.entry) {
-                Some(Entry::File(file)) if !slash => Found::File(ino, file.clone()),
-                Some(Entry::File(_)) => return plain(StatusCode::NOT_FOUND, "not found"),
+                Some(Entry::File(_)) if slash => return plain(StatusCode::NOT_FOUND, "not found"),
+                Some(_) if reading == Reading::PropFind => Found::Properties,
+                Some(Entry::File(file)) => Found::File(ino, file.clone()),
                 Some(Entry::Dir { .. }) if slash => Found::Folder(ino),
                 Some(Entry::Dir { .. }) => Found::FolderWithoutSlash,
                 None => return plain(StatusCode::NOT_FOUND, "not found"),
@@ -83,6 +116,7 @@ pub(crate) async fn handle<B>(shared: Arc<Shared>, req: Request<B>) -> Reply {
         }
     };
     match found {
+        Found::Properties => shared.webdav.propfind(req).await,
         Found::File(ino, entry) => file_response::respond(&shared, ino, entry, req.headers(), head).await,
         Found::Folder(ino) => {
             let mut response = listing::respond(view, ino, &path, req.uri().query(), req.headers());
@@ -101,16 +135,23 @@ pub(crate) async fn handle<B>(shared: Arc<Shared>, req: Request<B>) -> Reply {
     }
 }
 
+/// OPTIONS (`status` 200), or a method that would write (405): what the
+/// server allows, and that it speaks WebDAV class 1, read-only.
 fn allow(status: StatusCode) -> Reply {
-    let mut response = if status == StatusCode::NO_CONTENT {
+    let mut response = if status == StatusCode::OK {
         let mut r = Response::new(empty());
-        *r.status_mut() = status;
+        r.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
         r
     } else {
-        plain(status, "this server only reads: GET, HEAD and OPTIONS")
+        let mut r = plain(status, "this server only reads: OPTIONS, GET, HEAD and PROPFIND");
+        *r.status_mut() = status;
+        r
     };
-    response
-        .headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+    let headers = response.headers_mut();
+    headers.insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+    headers.insert("dav", HeaderValue::from_static(DAV_CLASSES));
+    // Windows' WebDAV redirector looks for it before it speaks WebDAV.
+    headers.insert("ms-author-via", HeaderValue::from_static("DAV"));
     response
 }

@@ -14,7 +14,6 @@ use retagfs_core::View;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::open_files::OpenFiles;
 use crate::progress::{LastProgress, Watched};
 use crate::route::{self, Shared};
 
@@ -83,10 +82,7 @@ async fn run(view: Arc<View>, listener: std::net::TcpListener, options: HttpOpti
     let local = listener.local_addr()?;
     tracing::info!("serving the view over HTTP at http://{local}/");
     eprintln!("retagfs: serving the view at http://{local}/ (Ctrl-C to stop)");
-    let shared = Arc::new(Shared {
-        view,
-        open_files: OpenFiles::default(),
-    });
+    let shared = Arc::new(Shared::new(view));
     let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
     let stop = stop_signal();
     tokio::pin!(stop);
