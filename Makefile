@@ -59,7 +59,7 @@ e2e: build
 test-deps: deps
 	$(call apt_install_missing,mpd:mpd mpc:mpc minidlnad:minidlna exiftool:libimage-exiftool-perl \
 	  ip:iproute2 unshare:util-linux curl:curl chromium:chromium chromedriver:chromium-driver \
-	  mount.davfs:davfs2 rclone:rclone openssl:openssl)
+	  mount.davfs:davfs2 rclone:rclone openssl:openssl htpasswd:apache2-utils)
 	@python3 -c 'import selenium' 2>/dev/null || \
 	  python3 -m pip install -q selenium 2>/dev/null || \
 	  python3 -m pip install -q --break-system-packages selenium

@@ -30,9 +30,9 @@ class Server:
         deadline = time.time() + 20
         while True:
             self.log.seek(0)
-            m = re.search(r"http://127\.0\.0\.1:(\d+)/", self.log.read())
+            m = re.search(r"(https?)://127\.0\.0\.1:(\d+)/", self.log.read())
             if m:
-                self.port = int(m.group(1))
+                self.scheme, self.port = m.group(1), int(m.group(2))
                 break
             assert self.proc.poll() is None and time.time() < deadline, "serve did not start"
             time.sleep(0.05)
@@ -46,7 +46,7 @@ class Server:
         return r.status, {k.lower(): v for k, v in r.getheaders()}, body
 
     def url(self, path):
-        return "http://127.0.0.1:%d%s" % (self.port, path)
+        return "%s://127.0.0.1:%d%s" % (self.scheme, self.port, path)
 
     def stop(self):
         self.proc.terminate()

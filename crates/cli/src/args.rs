@@ -37,14 +37,19 @@ Ctrl-C, SIGTERM or SIGHUP unmounts. With files open in it, the mount is detached
 are closed, then exits; a second signal stops it at once."
     )]
     Mount(MountArgs),
-    /// Serve the store's view over HTTP (blocks until Ctrl-C): GET and HEAD
-    /// of every file and folder, ranges, listings and playlists.
+    /// Serve the store's view over HTTP and WebDAV (blocks until Ctrl-C):
+    /// GET and HEAD of every file and folder, ranges, listings, playlists,
+    /// and PROPFIND for file managers (read-only WebDAV).
     #[command(
         after_help = "No FUSE and no root needed. Files are byte-identical to what `retagfs mount` \
 serves; edits to the store show up at once. Folders list as HTML for browsers, as JSON with \
 `Accept: application/json`, and as an M3U8 playlist with `?m3u` (`curl 'http://127.0.0.1:8780/Artist/Album/?m3u'`).\n\n\
-The server only reads (GET, HEAD, OPTIONS) and has no authentication yet: keep --listen on \
-loopback unless every machine that can reach it may read the whole library."
+File managers and players that browse connect with WebDAV to the same URL (Finder, Explorer, \
+davfs2, rclone, Kodi, VLC): read-only, class 1.\n\n\
+The server only reads (OPTIONS, GET, HEAD, PROPFIND). Without --auth-file anyone who reaches it \
+reads the whole library: keep --listen on loopback, or give --auth-file (`htpasswd -cB FILE USER`) \
+and, beyond this machine, --tls-cert and --tls-key (or a TLS reverse proxy in front). \
+SIGHUP reads the certificate again."
     )]
     Serve(ServeArgs),
     /// Print every track as JSON: id, backing_path, path, format, tags, art.
@@ -163,6 +168,18 @@ pub struct ServeArgs {
     /// connection idle, or leave an answer unread; such a client is dropped.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     pub header_timeout: u64,
+    /// An htpasswd file of bcrypt hashes (`htpasswd -cB FILE USER`): every
+    /// request must carry one of its users' name and password (HTTP Basic).
+    /// Read again when it changes.
+    #[arg(long, value_name = "FILE")]
+    pub auth_file: Option<PathBuf>,
+    /// Serve HTTPS with this PEM certificate chain (and --tls-key); read
+    /// again on SIGHUP.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     #[command(flatten)]
     pub view: ViewArgs,
     #[arg(long, value_enum, default_value = "synthesis")]
@@ -180,8 +197,9 @@ pub struct MountArgs {
     pub view: ViewArgs,
     #[arg(long, value_enum, default_value = "synthesis")]
     pub mode: ModeArg,
-    /// Serve the same view over HTTP too, from this process (as `retagfs
-    /// serve` does): one daemon, one view, one live refresh.
+    /// Serve the same view over HTTP and WebDAV too, from this process (as
+    /// `retagfs serve` does): one daemon, one view, one live refresh. For
+    /// passwords and HTTPS, run `retagfs serve` beside the mount.
     #[arg(long, value_name = "ADDR:PORT")]
     pub serve: Option<std::net::SocketAddr>,
     /// Check the template and print sample paths and counts; do not mount.

@@ -176,8 +176,9 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
         format!("mounting on {} ({hint})", a.mountpoint.display())
     })?;
     if let Some(listen) = a.serve {
-        crate::serve::warn_if_exposed(listen);
-        retagfs_http::spawn(http_view, retagfs_http::HttpOptions::new(listen))?;
+        let options = retagfs_http::HttpOptions::new(listen);
+        crate::serve::warn_if_exposed(&options);
+        retagfs_http::spawn(http_view, options)?;
     }
     let unmounter = mount.unmounter();
     let signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;

@@ -13,6 +13,7 @@ use hyper::{Request, Response, StatusCode};
 use retagfs_core::view::tree::Entry;
 use retagfs_core::View;
 
+use crate::auth::{AuthFile, CHALLENGE};
 use crate::open_files::OpenFiles;
 use crate::request_path::{resolve, PathError};
 use crate::webdav::{WebDav, DAV_CLASSES};
@@ -23,14 +24,16 @@ pub(crate) struct Shared {
     pub(crate) view: Arc<View>,
     pub(crate) open_files: OpenFiles,
     pub(crate) webdav: WebDav,
+    pub(crate) auth: Option<AuthFile>,
 }
 
 impl Shared {
-    pub(crate) fn new(view: Arc<View>) -> Shared {
+    pub(crate) fn new(view: Arc<View>, auth: Option<AuthFile>) -> Shared {
         Shared {
             webdav: WebDav::new(view.clone()),
             view,
             open_files: OpenFiles::default(),
+            auth,
         }
     }
 }
@@ -87,6 +90,11 @@ where
     B::Data: Buf + Send + 'static,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
+    if let Some(auth) = &shared.auth {
+        if !auth.allows(req.headers()).await {
+            return unauthorized();
+        }
+    }
     let view = &shared.view;
     let reading = match req.method().as_str() {
         "GET" => Reading::Get,
@@ -133,6 +141,17 @@ where
             response
         }
     }
+}
+
+fn unauthorized() -> Reply {
+    let mut response = plain(
+        StatusCode::UNAUTHORIZED,
+        "a user name and password of the server's --auth-file",
+    );
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(CHALLENGE));
+    response
 }
 
 /// OPTIONS (`status` 200), or a method that would write (405): what the
