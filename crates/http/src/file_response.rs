@@ -43,33 +43,41 @@ pub(crate) fn content_type(file: &FileEntry) -> &'static str {
     }
 }
 
-/// Answers a GET (or, with `head`, a HEAD) of the file at `ino`.
+/// Answers a GET (or, with `head`, a HEAD) of the file at `ino`, off the
+/// async threads: opening a file and reading a small body whole are
+/// blocking work, done in one go.
 pub(crate) async fn respond(
-    shared: &Shared,
+    shared: Arc<Shared>,
     ino: u64,
     entry: FileEntry,
-    headers: &HeaderMap,
+    headers: HeaderMap,
     head: bool,
 ) -> Reply {
-    let view = shared.view.clone();
+    tokio::task::spawn_blocking(move || answer(&shared, ino, entry, &headers, head))
+        .await
+        .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "the answer failed"))
+}
+
+/// The file of `ino` at the version the tree names: held from a recent
+/// request while its backing file is as the scan saw it, else opened.
+fn open(shared: &Shared, ino: u64, entry: &FileEntry) -> io::Result<Arc<OpenFile>> {
     let held = shared.open_files.get(ino, entry.content_version);
-    let file = match held.filter(|f| f.backing_unchanged()) {
-        Some(file) => file,
-        None => {
-            let opening = view.clone();
-            let opened = tokio::task::spawn_blocking(move || opening.open(ino)).await;
-            let file = match opened {
-                Ok(Ok(file)) => Arc::new(file),
-                Ok(Err(e)) => return open_failed(&e),
-                Err(_) => return plain(StatusCode::INTERNAL_SERVER_ERROR, "the open failed"),
-            };
-            // Held under the version it opened (a refresh may have come
-            // between the tree's look and the open).
-            shared
-                .open_files
-                .put(ino, file.track.content_version, file.clone());
-            file
-        }
+    if let Some(file) = held.filter(|f| f.backing_unchanged()) {
+        return Ok(file);
+    }
+    let file = Arc::new(shared.view.open(ino)?);
+    // Held under the version it opened (a refresh may have come between
+    // the tree's look and the open).
+    shared
+        .open_files
+        .put(ino, file.track.content_version, file.clone());
+    Ok(file)
+}
+
+fn answer(shared: &Shared, ino: u64, entry: FileEntry, headers: &HeaderMap, head: bool) -> Reply {
+    let file = match open(shared, ino, &entry) {
+        Ok(file) => file,
+        Err(e) => return open_failed(&e),
     };
     let now = SystemTime::now();
     let track = &file.track;
@@ -123,8 +131,35 @@ pub(crate) async fn respond(
     if head || size == 0 {
         return response;
     }
-    *response.body_mut() = stream(view, file, parts);
+    *response.body_mut() = match parts.as_slice() {
+        [Part::Bytes(range)] if one_len(range) <= CHUNK as u64 => {
+            match read_whole(&shared.view, &file, range) {
+                Some(bytes) => crate::route::full(bytes),
+                None => {
+                    return plain(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "the file cannot be read (see the server's log)",
+                    )
+                }
+            }
+        }
+        _ => stream(shared.view.clone(), file, parts),
+    };
     response
+}
+
+/// A body of at most a chunk, read before the answer's headers go: a
+/// failed read (logged) is then an error status, not a cut connection.
+fn read_whole(view: &View, file: &OpenFile, range: &RangeInclusive<u64>) -> Option<Bytes> {
+    let want = one_len(range) as usize;
+    let mut buf = vec![0u8; want];
+    let at = *range.start();
+    match view.read_into(file, at, &mut buf) {
+        Ok(n) if n == want => return Some(Bytes::from(buf)),
+        Ok(n) => tracing::warn!("HTTP: track {}: read {n} of {want} bytes at {at}", file.track.id),
+        Err(e) => tracing::warn!("HTTP: track {}: reading at {at}: {e}", file.track.id),
+    }
+    None
 }
 
 /// The answer's status and the headers every answer about the file has.

@@ -125,7 +125,10 @@ where
     };
     match found {
         Found::Properties => shared.webdav.propfind(req).await,
-        Found::File(ino, entry) => file_response::respond(&shared, ino, entry, req.headers(), head).await,
+        Found::File(ino, entry) => {
+            let headers = req.into_parts().0.headers;
+            file_response::respond(shared.clone(), ino, entry, headers, head).await
+        }
         Found::Folder(ino) => {
             let mut response = listing::respond(view, ino, &path, req.uri().query(), req.headers());
             if head {
