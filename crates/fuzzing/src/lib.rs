@@ -25,7 +25,81 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("import", import_json),
     ("serve", serve),
     ("http", http_request),
+    ("webdav", webdav_request),
 ];
+
+/// A WebDAV request against a small view: the first line is its method
+/// and path, header lines follow up to an empty line (`Depth` among
+/// them), the rest is its body (a PROPFIND's XML). Any answer but a
+/// server error; a multistatus only for a PROPFIND of a finite depth.
+pub fn webdav_request(data: &[u8]) {
+    static VIEW: OnceLock<(tempfile::TempDir, std::sync::Arc<retagfs_core::View>)> = OnceLock::new();
+    let (_, view) = VIEW.get_or_init(small_view);
+    let Some(request) = request_of(data) else {
+        return;
+    };
+    let propfind = request.method().as_str() == "PROPFIND";
+    let depth = request.headers().get("depth").map(|v| v.as_bytes().to_vec());
+    let (status, _, body) = retagfs_http::answer(view.clone(), request);
+    assert!(
+        !status.is_server_error(),
+        "{status}: {}",
+        String::from_utf8_lossy(&body)
+    );
+    if status.as_u16() == 207 {
+        assert!(
+            propfind && matches!(depth.as_deref(), Some(b"0" | b"1")),
+            "207 for {depth:?}"
+        );
+        assert!(body.starts_with(b"<?xml"), "{}", String::from_utf8_lossy(&body));
+    }
+}
+
+/// A store of three tracks in two folders, and its view.
+fn small_view() -> (tempfile::TempDir, std::sync::Arc<retagfs_core::View>) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("fuzz.db");
+    Store::open(&db)
+        .expect("store")
+        .conn()
+        .execute_batch(
+            "INSERT INTO tracks (id, backing_path, format, audio_offset, audio_length, file_size, \
+             mtime_ns, ctime_ns, scanned_at) VALUES (1, '/a.flac', 'flac', 0, 0, 0, 0, 0, 0), \
+             (2, '/b.mp3', 'mp3', 0, 0, 0, 0, 0, 0), (3, '/c.flac', 'flac', 0, 0, 0, 0, 0, 0); \
+             INSERT INTO tags (track_id, key, position, value) VALUES \
+             (1, 'title', 0, 'A & <B>'), (1, 'artist', 0, '%/#?'), (2, 'title', 0, 'Ça'), \
+             (3, 'artist', 0, 'Z');",
+        )
+        .expect("fixture rows");
+    let config = retagfs_core::ViewConfig {
+        template: Template::parse(retagfs_core::DEFAULT_TEMPLATE).expect("template"),
+        fallbacks: retagfs_core::Fallbacks::standard(),
+        mode: retagfs_core::Mode::Synthesis,
+        synthesis: Default::default(),
+        windows_names: false,
+    };
+    let view = retagfs_core::View::load(&db, config).expect("view");
+    (dir, std::sync::Arc::new(view))
+}
+
+/// The request `data` spells, if it spells one hyper takes.
+fn request_of(data: &[u8]) -> Option<hyper::Request<http_body_util::Full<hyper::body::Bytes>>> {
+    let split = data.windows(2).position(|w| w == b"\n\n").unwrap_or(data.len());
+    let (head, body) = (&data[..split], data.get(split + 2..).unwrap_or_default());
+    let head = std::str::from_utf8(head).ok()?;
+    let mut lines = head.lines();
+    let (method, path) = lines.next()?.split_once(' ')?;
+    let mut request = hyper::Request::builder().method(method).uri(path);
+    for line in lines {
+        let (name, value) = line.split_once(':')?;
+        request = request.header(name.trim(), value.trim());
+    }
+    request
+        .body(http_body_util::Full::new(hyper::body::Bytes::copy_from_slice(
+            body,
+        )))
+        .ok()
+}
 
 /// A request's path and `Range` header, as a client could send them,
 /// against a small view: a path resolves to a node of the view or is

@@ -10,6 +10,7 @@ mod auth;
 mod conditional;
 mod file_response;
 mod listing;
+mod one_request;
 mod open_files;
 mod progress;
 mod request_path;
@@ -20,6 +21,7 @@ mod webdav;
 mod webdav_fs;
 
 pub use file_response::{asked_ranges, Asked};
+pub use one_request::answer;
 pub use request_path::{resolve, PathError};
 pub use server::{serve, spawn, HttpOptions};
 pub use tls::TlsFiles;
