@@ -19,8 +19,11 @@ directly on the backing files in the same run, as a ratio:
             format, synthesis and structure-only, cold (drop_caches) and
             repeated
   refresh   single-track retag -> new path visible (see bench_refresh.py)
-  http      random 64 KiB range GETs at concurrency 16, `retagfs serve`
-            against nginx over the backing files (see bench_http.py)
+  http      random 64 KiB spans at concurrency 16 through `retagfs serve`
+            (range GETs), its WebDAV (PROPFIND of the largest folder), the
+            mount read directly, nginx over the mount and nginx over the
+            backing files; whole-file reads of 200 tracks the same ways;
+            a Markdown table per protocol (see bench_http.py)
 
 The daemon's RSS is printed after each phase (mount, walk, stat, open, reads,
 concurrent readers, refresh), per track where the mount serves a library.
@@ -837,7 +840,7 @@ def main():
     if only & {"scan", "tree", "http"}:
         lib, db = bench_scan(work, a.tracks, a.runs)
         if "http" in only:
-            bench_http.report(*bench_http.bench(lib, db), row)
+            bench_http.report(bench_http.bench(lib, db, mount_args=IO_URING), row)
         if "tree" in only:
             bench_tree(work, lib, db, a.runs)
         if "read" in only:
