@@ -96,6 +96,12 @@ def test_basic_auth_protects_every_request_and_follows_the_file(tmp_path, store,
         wait_for(lambda: request(s, "GET", path, "bob", "bobs secret")[0] == 401, timeout=5)
         os.rename(str(users) + ".away", users)
         wait_for(lambda: request(s, "GET", path, "bob", "bobs secret")[0] == 200, timeout=5)
+        # SIGHUP (`systemctl reload`) reads the file again and never stops
+        # a server without TLS.
+        s.proc.send_signal(signal.SIGHUP)
+        time.sleep(0.3)
+        assert s.proc.poll() is None
+        assert request(s, "GET", path, "bob", "bobs secret")[0] == 200
     finally:
         log = s.stop()
     assert "users:4: not `user:bcrypt-hash`" in log

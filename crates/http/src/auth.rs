@@ -108,14 +108,24 @@ impl AuthFile {
         }
     }
 
+    /// Reads the file again at once (SIGHUP), changed or not.
+    pub(crate) fn reread_now(&self) {
+        let mut state = self.state.lock();
+        state.checked_at = Some(Instant::now());
+        self.reread_logged(&mut state);
+    }
+
     fn reread_if_changed(&self, state: &mut State) {
         if state.checked_at.is_some_and(|at| at.elapsed() < RECHECK) {
             return;
         }
         state.checked_at = Some(Instant::now());
-        if stamp_of(&self.path).ok() == state.stamp {
-            return;
+        if stamp_of(&self.path).ok() != state.stamp {
+            self.reread_logged(state);
         }
+    }
+
+    fn reread_logged(&self, state: &mut State) {
         match self.reread(state) {
             Ok(()) => tracing::info!(
                 "HTTP: {} re-read: {} user(s)",

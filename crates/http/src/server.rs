@@ -118,9 +118,7 @@ async fn run(server: Server) -> anyhow::Result<()> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!("serving the view at {scheme}://{local}/");
     eprintln!("retagfs: serving the view at {scheme}://{local}/ (Ctrl-C to stop)");
-    if let Some(tls) = &tls {
-        tokio::spawn(reload_on_hangup(tls.clone()));
-    }
+    tokio::spawn(reread_on_hangup(tls.clone(), shared.clone()));
     let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
     let stop = stop_signal();
     tokio::pin!(stop);
@@ -206,15 +204,25 @@ where
     }
 }
 
-async fn reload_on_hangup(tls: Arc<Tls>) {
+/// SIGHUP (`systemctl reload`) reads the certificate and the auth file
+/// again; without either it changes nothing, and never stops the server.
+async fn reread_on_hangup(tls: Option<Arc<Tls>>, shared: Arc<Shared>) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-        tracing::warn!("HTTPS: SIGHUP cannot be caught; the certificate is read at start only");
+        tracing::warn!("HTTP: SIGHUP cannot be caught; files are read again only as they change");
         return;
     };
     while hangups.recv().await.is_some() {
-        let tls = tls.clone();
-        let _ = tokio::task::spawn_blocking(move || tls.reload()).await;
+        let (tls, shared) = (tls.clone(), shared.clone());
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Some(tls) = tls {
+                tls.reload();
+            }
+            if let Some(auth) = &shared.auth {
+                auth.reread_now();
+            }
+        })
+        .await;
     }
 }
 
