@@ -68,44 +68,35 @@ impl AuthFile {
             return false;
         };
         let digest: [u8; 32] = Sha256::digest(value).into();
-        let hash = {
+        let (user, password, hash) = {
             let mut state = self.state.lock();
             self.reread_if_changed(&mut state);
             if state.verified.contains(&digest) {
                 return true;
             }
-            let Some((user, _)) = basic_credentials(value) else {
+            let Some((user, password)) = basic_credentials(value) else {
                 return false;
             };
             match state.users.get(&user) {
-                Some(hash) => hash.clone(),
+                Some(hash) => (user, password, hash.clone()),
                 None => {
                     tracing::warn!("HTTP: 401: no user {user:?} in the auth file");
                     return false;
                 }
             }
         };
-        let value = value.to_vec();
-        let checked = tokio::task::spawn_blocking(move || {
-            let (user, password) = basic_credentials(&value)?;
-            Some((user, bcrypt::verify(password, &hash).unwrap_or(false)))
-        })
-        .await;
-        match checked {
-            Ok(Some((_, true))) => {
-                let mut state = self.state.lock();
-                if state.verified.len() >= REMEMBERED {
-                    state.verified.clear();
-                }
-                state.verified.insert(digest);
-                true
-            }
-            Ok(Some((user, false))) => {
-                tracing::warn!("HTTP: 401: wrong password for {user:?}");
-                false
-            }
-            _ => false,
+        let verified =
+            tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash).unwrap_or(false)).await;
+        if !matches!(verified, Ok(true)) {
+            tracing::warn!("HTTP: 401: wrong password for {user:?}");
+            return false;
         }
+        let mut state = self.state.lock();
+        if state.verified.len() >= REMEMBERED {
+            state.verified.clear();
+        }
+        state.verified.insert(digest);
+        true
     }
 
     /// Reads the file again at once (SIGHUP), changed or not.
