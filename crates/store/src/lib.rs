@@ -17,6 +17,7 @@ mod open;
 mod path_table;
 mod path_text;
 mod read;
+mod remote_objects;
 mod scan_lock;
 mod scan_write;
 mod scanned_dirs;
@@ -35,6 +36,7 @@ pub use open::{Store, SCHEMA_VERSION};
 pub use path_table::{KnownStamps, PathTable};
 pub use path_text::{bytes_to_text, path_to_text, text_for_display, text_to_path};
 pub use read::PathMap;
+pub use remote_objects::{set_remote_version, RemoteTrack};
 pub use rusqlite::Transaction;
 pub use scan_lock::{beside, ScanLock};
 pub use scan_write::{

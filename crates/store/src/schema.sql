@@ -1,4 +1,4 @@
--- retagfs store, the current schema (version 9; docs/store.md is the
+-- retagfs store, the current schema (version 10; docs/store.md is the
 -- contract). A new store is made from this file; an older one is brought
 -- here by the scripts in migrations/, one per version. A test checks that
 -- both ways give the same schema.
@@ -7,7 +7,9 @@
 -- write these columns (only read them).
 CREATE TABLE tracks (
     id                 INTEGER PRIMARY KEY,
-    backing_path       TEXT    NOT NULL UNIQUE CHECK (substr(backing_path, 1, 1) = '/'),
+    -- A local file's absolute path, or an object's s3://BUCKET/KEY.
+    backing_path       TEXT    NOT NULL UNIQUE CHECK (substr(backing_path, 1, 1) = '/'
+                                                      OR substr(backing_path, 1, 5) = 's3://'),
     format             TEXT    NOT NULL CHECK (format IN ('flac', 'mp3', 'mp4', 'vorbis', 'opus', 'wav')),
     audio_offset       INTEGER NOT NULL CHECK (audio_offset >= 0),
     audio_length       INTEGER NOT NULL CHECK (audio_length >= 0),
@@ -35,6 +37,13 @@ CREATE TABLE tracks (
 );
 CREATE INDEX tracks_fingerprint ON tracks (fingerprint) WHERE fingerprint IS NOT NULL;
 CREATE INDEX tracks_legacy_fingerprint ON tracks (legacy_fingerprint) WHERE legacy_fingerprint IS NOT NULL;
+
+-- The version of each remote track's object that the scan read (docs/store.md,
+-- "Remote backing files"): reads ask for exactly this version. Scanner-owned.
+CREATE TABLE remote_objects (
+    track_id INTEGER PRIMARY KEY REFERENCES tracks (id) ON DELETE CASCADE,
+    etag     TEXT    NOT NULL CHECK (etag <> '')
+);
 
 -- Tags: multi-valued and ordered. Editable by external tools.
 CREATE TABLE tags (

@@ -909,3 +909,53 @@ fn pictures_held_back_lie_together_after_the_rows_of_their_batch() {
     assert_eq!(held.bytes(), 0);
     tx.commit().unwrap();
 }
+
+#[test]
+fn version_9_tracks_keep_ids_tags_and_versions_and_may_name_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    {
+        let conn = store_of_version(&path, 9);
+        conn.execute_batch(
+            "INSERT INTO tracks (id, backing_path, format, audio_offset, audio_length, file_size,
+                                 mtime_ns, ctime_ns, scanned_at, vendor)
+             VALUES (7, '/m/a.flac', 'flac', 10, 90, 100, 1, 1, 0, 'v');
+             INSERT INTO tags VALUES (7, 'title', 0, 'T');",
+        )
+        .unwrap();
+    }
+    let mut db = Store::open(&path).unwrap();
+    let count = |db: &Store, sql: &str| -> i64 { db.conn().query_row(sql, [], |r| r.get(0)).unwrap() };
+    let version = count(&db, "SELECT content_version FROM tracks WHERE id = 7");
+    assert_eq!(db.tags(7).unwrap(), [("title".to_string(), "T".to_string())]);
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'tracks'"
+        ),
+        5
+    );
+    // Edits still re-version the track, through the other tables' triggers.
+    let tx = db.write().unwrap();
+    store::set_tag(&tx, 7, "title", &["New".to_string()]).unwrap();
+    tx.commit().unwrap();
+    assert!(count(&db, "SELECT content_version FROM tracks WHERE id = 7") > version);
+    // Objects may be backing files now; nothing else may.
+    let insert = "INSERT INTO tracks (backing_path, format, audio_offset, audio_length, file_size,
+                                      mtime_ns, ctime_ns, scanned_at) VALUES (?1, 'mp3', 0, 1, 1, 1, 1, 0)";
+    db.conn().execute(insert, ["s3://music/a b/ü.mp3"]).unwrap();
+    assert!(db.conn().execute(insert, ["http://x/a.mp3"]).is_err());
+    assert!(db.conn().execute(insert, ["m/a.mp3"]).is_err());
+    let id = db.conn().last_insert_rowid();
+    db.conn()
+        .execute("INSERT INTO remote_objects VALUES (?1, '\"abc\"')", [id])
+        .unwrap();
+    assert!(db
+        .conn()
+        .execute("INSERT INTO remote_objects VALUES (?1, '')", [7])
+        .is_err());
+    db.conn()
+        .execute("DELETE FROM tracks WHERE id = ?1", [id])
+        .unwrap();
+    assert_eq!(count(&db, "SELECT count(*) FROM remote_objects"), 0);
+}
