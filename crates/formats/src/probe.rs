@@ -98,6 +98,7 @@ impl Probe {
             passthrough: self.passthrough.clone(),
             changed_at: 0,
             vendor: self.vendor.clone(),
+            remote_etag: None,
         }
     }
 

@@ -254,6 +254,7 @@ fn random_rows(u: &mut Unstructured<'_>) -> ArbResult<Rows> {
         passthrough: None,
         changed_at: 0,
         vendor: None,
+        remote_etag: None,
     };
     let tags: Vec<(String, String)> = u.arbitrary()?;
     let images: Vec<Vec<u8>> = u.arbitrary()?;

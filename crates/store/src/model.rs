@@ -97,6 +97,9 @@ pub struct TrackRow {
     /// The vendor string of a FLAC, Vorbis or Opus file's comments, as
     /// scanned ("" for none; None if not scanned since version 9).
     pub vendor: Option<String>,
+    /// For a track whose backing file is an object (`s3://`), the ETag of
+    /// the version the scan read.
+    pub remote_etag: Option<String>,
 }
 
 impl TrackRow {

@@ -23,12 +23,13 @@ pub type PathMap<V> = HashMap<String, V, foldhash::fast::RandomState>;
 
 impl Store {
     /// The columns [`track_from_row`] reads, as this store has them: a
-    /// store mounted as it is, from before version 9, has no change times.
+    /// store mounted as it is, from before version 9, has no change times,
+    /// and before version 10 no remote objects.
     fn track_columns(&self) -> &'static str {
-        if self.opened_version >= 9 {
-            TRACK_COLUMNS
-        } else {
-            TRACK_COLUMNS_BEFORE_V9
+        match self.opened_version {
+            10.. => TRACK_COLUMNS,
+            9 => TRACK_COLUMNS_V9,
+            _ => TRACK_COLUMNS_BEFORE_V9,
         }
     }
 
@@ -724,9 +725,12 @@ impl<'s, T> ByTrack<'s, T> {
 }
 
 const TRACK_COLUMNS: &str = "id, backing_path, format, audio_offset, audio_length, \
-                             file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at, vendor";
+                             file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at, vendor, \
+                             (SELECT etag FROM remote_objects WHERE track_id = tracks.id)";
+const TRACK_COLUMNS_V9: &str = "id, backing_path, format, audio_offset, audio_length, \
+                             file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at, vendor, NULL";
 const TRACK_COLUMNS_BEFORE_V9: &str = "id, backing_path, format, audio_offset, audio_length, \
-                             file_size, mtime_ns, ctime_ns, content_version, passthrough, 0, NULL";
+                             file_size, mtime_ns, ctime_ns, content_version, passthrough, 0, NULL, NULL";
 
 fn track_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackRow> {
     let id = r.get(0)?;
@@ -755,6 +759,7 @@ fn track_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackRow> {
             ValueRef::Null => None,
             _ => Some(text(r, 11, id)?),
         },
+        remote_etag: r.get(12)?,
     })
 }
 

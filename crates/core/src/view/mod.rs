@@ -568,6 +568,7 @@ mod tests {
             passthrough: None,
             changed_at: 0,
             vendor: None,
+            remote_etag: None,
         };
         let disc = |tags: &[(&str, &str)]| {
             let tags: Vec<(String, String)> =

@@ -95,6 +95,7 @@ mod tests {
                 passthrough: None,
                 changed_at: 0,
                 vendor: None,
+                remote_etag: None,
             };
             cache.put(&track, layout.clone());
             assert!(cache.get(id, 1).is_some(), "the file just put is held");
