@@ -5,11 +5,13 @@
 mod failure_log;
 pub mod fs_kind;
 pub mod import;
+mod remote_access;
 pub mod scan;
 pub mod view;
 
 use std::os::unix::fs::MetadataExt;
 
+pub use remote_access::{configure_remote, shared_remote};
 pub use retagfs_store::Stamps;
 pub use view::template::{Fallbacks, Template, TemplateError, DEFAULT_TEMPLATE};
 pub use view::{load_tree, Mode, OpenFile, ReadAheadMode, Refresh, TrackFields, View, ViewConfig};

@@ -2,10 +2,84 @@
 //! saw, and read with the store's pictures as a synthesized file's sources.
 
 use super::*;
+use retagfs_remote::{is_remote_path, ObjectUrl, ObjectVersion, RemoteFile};
+
+/// A track's backing file: a local file, or the version of an object the
+/// scan read (every read of it asks for that version).
+pub(crate) enum BackingFile {
+    Local(Arc<File>),
+    Remote(RemoteFile),
+}
+
+impl BackingFile {
+    /// The local file, for what only a local file has (the page cache,
+    /// FUSE passthrough).
+    pub(super) fn local(&self) -> Option<&Arc<File>> {
+        match self {
+            BackingFile::Local(file) => Some(file),
+            BackingFile::Remote(_) => None,
+        }
+    }
+
+    pub(super) fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        match self {
+            BackingFile::Local(file) => file.read_exact_at(buf, offset),
+            BackingFile::Remote(object) => object.read_exact_at(buf, offset),
+        }
+    }
+
+    /// EIO (and a log line) when a local file's size or mtime no longer
+    /// match the scan. An object's version is checked by every read.
+    pub(super) fn check_stamps(&self, track: &TrackRow, log: Log) -> io::Result<()> {
+        match self {
+            BackingFile::Local(file) => check_stamps(track, file, log),
+            BackingFile::Remote(_) => Ok(()),
+        }
+    }
+}
+
+impl ReadAt for BackingFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        match self {
+            BackingFile::Local(file) => FileExt::read_at(file.as_ref(), buf, offset),
+            BackingFile::Remote(object) => {
+                let n = buf.len().min(object.version().size.saturating_sub(offset) as usize);
+                object.read_exact_at(&mut buf[..n], offset)?;
+                Ok(n)
+            }
+        }
+    }
+}
 
 /// Opens a track's backing file; a file that changed since the scan is
-/// EIO (its offsets are stale), a vanished one ENOENT.
-pub(super) fn open_backing(track: &TrackRow, log: Log) -> io::Result<File> {
+/// EIO (its offsets are stale), a vanished one ENOENT. An object is not
+/// looked at until it is read.
+pub(super) fn open_backing(track: &TrackRow, log: Log) -> io::Result<BackingFile> {
+    if is_remote_path(&track.backing_path) {
+        return open_object(track, log);
+    }
+    open_local(track, log).map(|file| BackingFile::Local(Arc::new(file)))
+}
+
+fn open_object(track: &TrackRow, log: Log) -> io::Result<BackingFile> {
+    let url = ObjectUrl::parse(&track.backing_path).map_err(|why| failed(track.id, log, "backing path", &why))?;
+    let Some(etag) = track.remote_etag.clone() else {
+        return Err(failed(
+            track.id,
+            log,
+            &track.backing_path,
+            &"the store records no version of this object; run `retagfs scan` again",
+        ));
+    };
+    let version = ObjectVersion {
+        etag,
+        size: track.stamps.size,
+        mtime_ns: track.stamps.mtime_ns,
+    };
+    Ok(BackingFile::Remote(RemoteFile::new(crate::shared_remote()?, url, version)))
+}
+
+fn open_local(track: &TrackRow, log: Log) -> io::Result<File> {
     let backing = File::open(text_to_path(&track.backing_path)).map_err(|e| match e.raw_os_error() {
         // Out of descriptors: the client sees why (it holds too many files
         // open), not an I/O error, and the log gets one line, not one per

@@ -11,7 +11,7 @@ pub mod template;
 pub mod tree;
 pub mod watch;
 
-use backing::{check_stamps, open_backing, Sources};
+use backing::{open_backing, BackingFile, Sources};
 use connection_pool::ConnectionPool;
 pub(crate) use connection_pool::{file_id, FileId};
 use open_cache::OpenCache;
@@ -66,7 +66,7 @@ pub struct View {
 pub struct OpenFile {
     pub track: TrackRow,
     pub layout: Arc<Layout>,
-    backing: Arc<File>,
+    backing: BackingFile,
     read_ahead: Option<ReadAhead>,
     first_read: Option<FirstRead>,
     /// Served bytes read through this handle so far.
@@ -97,9 +97,13 @@ impl OpenFile {
     /// open serves the version it opened, but a new request for it should
     /// be refused as a new open would be.
     pub fn backing_unchanged(&self) -> bool {
-        self.backing
-            .metadata()
-            .is_ok_and(|m| backing::same_file_as_scanned(&self.track, &crate::stamps(&m)))
+        match self.backing.local() {
+            Some(file) => file
+                .metadata()
+                .is_ok_and(|m| backing::same_file_as_scanned(&self.track, &crate::stamps(&m))),
+            // Every read of an object asks for the version the scan read.
+            None => true,
+        }
     }
 
     /// The backing file, when the served file is that file byte for byte
@@ -108,7 +112,7 @@ impl OpenFile {
     pub fn whole_backing_file(&self) -> Option<&File> {
         self.layout
             .is_whole_backing(self.track.stamps.size)
-            .then_some(self.backing.as_ref())
+            .then_some(self.backing.local()?.as_ref())
     }
 
     /// Notes a read of `n` bytes at `offset` through this handle; true
@@ -244,12 +248,17 @@ impl View {
         let read_ahead = match mode {
             ReadAheadMode::Always => true,
             ReadAheadMode::Never => false,
-            ReadAheadMode::Auto => fs_kind::of_file(&backing) == FsKind::Network,
+            ReadAheadMode::Auto => backing.local().is_some_and(|f| fs_kind::of_file(f) == FsKind::Network),
         };
-        let backing = Arc::new(backing);
-        let first_read =
-            (!read_ahead && mode != ReadAheadMode::Never).then(|| FirstRead::new(track.stamps.size));
-        let read_ahead = read_ahead.then(|| ReadAhead::new(backing.clone(), track.stamps.size));
+        // An object reads ahead on its own (large ranged GETs, several in
+        // flight) and has no page cache to look at.
+        let (first_read, read_ahead) = match backing.local() {
+            Some(file) => (
+                (!read_ahead && mode != ReadAheadMode::Never).then(|| FirstRead::new(track.stamps.size)),
+                read_ahead.then(|| ReadAhead::new(file.clone(), track.stamps.size)),
+            ),
+            None => (None, None),
+        };
         Ok(OpenFile {
             track,
             layout,
@@ -304,7 +313,11 @@ impl View {
                     .read_snapshot(|s| {
                         s.tracks_for_serving(run, synthesis, |id, found| {
                             if let (Ok((track, rows)), Ok(_)) = (found, ids.binary_search(&id)) {
-                                let _ = self.prepare(track, rows, Log::No);
+                                // Preparing an object's file reads its
+                                // start: a GET for a file nobody opened.
+                                if !retagfs_remote::is_remote_path(&track.backing_path) {
+                                    let _ = self.prepare(track, rows, Log::No);
+                                }
                             }
                         })
                     })
@@ -334,9 +347,10 @@ impl View {
     pub fn prefetch_after(&self, track_id: i64) {
         let next = self.tree().next_files(file_ino(track_id), PREFETCH_FILES);
         for f in next {
-            if let Ok((_, file, layout)) = self.open_resolved(f.track_id, f.content_version, Log::No) {
+            if let Ok((_, backing, layout)) = self.open_resolved(f.track_id, f.content_version, Log::No) {
+                let Some(file) = backing.local() else { continue };
                 if let Some(span) = layout.backing_span(0, PREFETCH_BYTES) {
-                    will_need(&file, span.start, span.end);
+                    will_need(file, span.start, span.end);
                 }
                 let mut prefetched = self.prefetched.lock();
                 if prefetched.len() >= PREFETCHED_KEPT {
@@ -353,7 +367,7 @@ impl View {
         track_id: i64,
         version: i64,
         log: Log,
-    ) -> io::Result<(TrackRow, File, Arc<Layout>)> {
+    ) -> io::Result<(TrackRow, BackingFile, Arc<Layout>)> {
         match self.opened.get(track_id, version) {
             Some((track, layout)) => {
                 let backing = open_backing(&track, log)?;
@@ -365,7 +379,7 @@ impl View {
 
     /// The track's row, its backing file (checked against the scan's stamps)
     /// and the layout of the served file.
-    fn resolve(&self, store: &Store, track_id: i64, log: Log) -> io::Result<(TrackRow, File, Arc<Layout>)> {
+    fn resolve(&self, store: &Store, track_id: i64, log: Log) -> io::Result<(TrackRow, BackingFile, Arc<Layout>)> {
         let synthesis = self.config.mode == Mode::Synthesis;
         // The row and what synthesis needs, from one committed state.
         let found = store
@@ -389,7 +403,7 @@ impl View {
         track: TrackRow,
         rows: Option<SynthesisRows>,
         log: Log,
-    ) -> io::Result<(TrackRow, File, Arc<Layout>)> {
+    ) -> io::Result<(TrackRow, BackingFile, Arc<Layout>)> {
         let backing = open_backing(&track, log)?;
         if rows.is_some() {
             // Rows another tool wrote may name another format than the
@@ -452,13 +466,15 @@ impl View {
         let want = out.len().min(file.layout.len().saturating_sub(offset) as usize);
         let out = &mut out[..want];
         if let Some(first) = &file.first_read {
-            first.before_read(&file.backing, || file.layout.backing_span(offset, want as u64));
+            if let Some(backing) = file.backing.local() {
+                first.before_read(backing, || file.layout.backing_span(offset, want as u64));
+            }
         }
         let src = Sources { lib: self, file };
         if let Err(e) = file.layout.read_at(offset, out, &src) {
             // A file cut short since the scan fails its reads: say that,
             // which tells what to do.
-            check_stamps(&file.track, &file.backing, Log::Yes)?;
+            file.backing.check_stamps(&file.track, Log::Yes)?;
             if let Some(more) = logged(file.track.id, "read", Log::Yes) {
                 tracing::warn!("{}: read at {offset} failed: {e}{more}", file.track.backing_path);
             }
@@ -467,7 +483,7 @@ impl View {
         // Checked after reading: bytes read from a file rewritten meanwhile
         // are never returned. (A file replaced by rename keeps serving the
         // old inode, which is still consistent.)
-        check_stamps(&file.track, &file.backing, Log::Yes)?;
+        file.backing.check_stamps(&file.track, Log::Yes)?;
         Ok(want)
     }
 }
