@@ -93,8 +93,9 @@ pub struct ImportArgs {
 
 #[derive(Args)]
 pub struct ScanArgs {
-    /// Music folders to scan.
-    #[arg(required = true)]
+    /// Music folders to scan, and buckets: s3://BUCKET[/PREFIX] (see
+    /// docs/usage.md, "Libraries in object storage").
+    #[arg(required = true, value_name = "DIR|s3://BUCKET[/PREFIX]")]
     pub dirs: Vec<PathBuf>,
     /// The store (created if missing).
     #[arg(long)]
@@ -122,6 +123,8 @@ pub struct ScanArgs {
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
 }
 
 /// How paths are rendered (shared by `mount` and `export`).
@@ -181,6 +184,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     #[command(flatten)]
+    pub remote: RemoteArgs,
+    #[command(flatten)]
     pub view: ViewArgs,
     #[arg(long, value_enum, default_value = "synthesis")]
     pub mode: ModeArg,
@@ -193,6 +198,8 @@ pub struct MountArgs {
     /// The store made by `retagfs scan`.
     #[arg(long)]
     pub db: PathBuf,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
     #[command(flatten)]
     pub view: ViewArgs,
     #[arg(long, value_enum, default_value = "synthesis")]
@@ -429,6 +436,75 @@ impl From<ModeArg> for retagfs_core::Mode {
             ModeArg::Synthesis => retagfs_core::Mode::Synthesis,
             ModeArg::StructureOnly => retagfs_core::Mode::StructureOnly,
         }
+    }
+}
+
+/// How libraries in object stores (`s3://BUCKET/PREFIX`) are read.
+/// Endpoint, region and credentials come from the standard variables
+/// (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+/// AWS_PROFILE with ~/.aws/credentials), never from flags.
+#[derive(Args, Clone)]
+pub struct RemoteArgs {
+    /// Where bytes read from object stores are kept between runs, by object,
+    /// version and 128 KiB block [default: $XDG_CACHE_HOME/retagfs/objects,
+    /// else ~/.cache/retagfs/objects].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// The most the cache folder holds (least recently used blocks go
+    /// first), e.g. 4G, 500M; 0 keeps nothing on disk.
+    #[arg(long, value_name = "SIZE", default_value = "4G", value_parser = parse_size)]
+    pub cache_size: u64,
+    /// Seconds a read of an object may take, retries included, before it
+    /// fails with EIO. While the store does not answer, reads that need it
+    /// fail at once, and one a second tries it again.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = parse_deadline)]
+    pub remote_deadline: f64,
+}
+
+impl RemoteArgs {
+    /// Gives these settings to the process's remote (made when first used).
+    pub fn apply(&self) {
+        retagfs_core::set_remote_settings(retagfs_remote::RemoteSettings {
+            deadline: std::time::Duration::from_secs_f64(self.remote_deadline),
+            cache_dir: Some(
+                self.cache_dir
+                    .clone()
+                    .unwrap_or_else(retagfs_remote::default_cache_dir),
+            ),
+            cache_size: self.cache_size,
+        });
+    }
+}
+
+/// A size such as 4G, 500M, 64K or a number of bytes.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (number, unit) = match t.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => t.split_at(i),
+        None => (t, ""),
+    };
+    let factor: u64 = match unit
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        "T" => 1 << 40,
+        _ => return Err(format!("{s:?}: give a size such as 4G, 500M or 65536")),
+    };
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("{s:?}: give a size such as 4G, 500M or 65536"))?;
+    Ok((n * factor as f64) as u64)
+}
+
+fn parse_deadline(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.1..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?}: give seconds between 0.1 and 3600")),
     }
 }
 

@@ -138,6 +138,7 @@ fn raise_open_file_limit() {
 
 pub fn run(a: MountArgs) -> anyhow::Result<()> {
     let mode: Mode = a.mode.into();
+    a.remote.apply();
     let mut config = a.view.config(mode)?;
     config.synthesis.id3_version = match a.id3v2_version {
         3 => Id3Version::V23,

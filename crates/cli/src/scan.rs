@@ -3,7 +3,11 @@
 use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+
+use retagfs_core::scan::objects::{scan_objects, ObjectScanOptions, OBJECT_JOBS};
 use retagfs_core::scan::{open_store, scan, Progress, ScanOptions, ScanSummary, Threads};
+use retagfs_remote::{is_remote_path, ObjectUrl};
 
 use crate::args::ScanArgs;
 
@@ -11,28 +15,8 @@ use crate::args::ScanArgs;
 const LISTED_FAILURES: usize = 20;
 
 pub fn run(a: ScanArgs) -> anyhow::Result<()> {
+    let (objects, folders) = split_roots(&a.dirs)?;
     let mut store = open_store(&a.db)?;
-    let threads = a
-        .jobs
-        .map_or_else(|| Threads::default_for(&a.dirs), Threads::same);
-    let walk = threads.walk;
-    let on_disk = if walk.on_disk > walk.start {
-        format!(" ({} once it waits on the disk)", walk.on_disk)
-    } else {
-        String::new()
-    };
-    tracing::info!(
-        "walking on {} threads{on_disk}, probing on {}",
-        walk.start,
-        threads.probe
-    );
-    let opts = ScanOptions {
-        roots: a.dirs,
-        follow_symlinks: a.follow_symlinks,
-        threads,
-        prune: a.prune,
-        full: a.full,
-    };
     let bar = if std::io::stderr().is_terminal() {
         ProgressBar::new_spinner()
     } else {
@@ -54,10 +38,62 @@ pub fn run(a: ScanArgs) -> anyhow::Result<()> {
         }
         Progress::Probed => bar.inc(1),
     };
-    let summary = scan(&mut store, &opts, &on_progress)?;
+    let mut summary = ScanSummary::default();
+    if !folders.is_empty() {
+        let threads = a
+            .jobs
+            .map_or_else(|| Threads::default_for(&folders), Threads::same);
+        let walk = threads.walk;
+        let on_disk = if walk.on_disk > walk.start {
+            format!(" ({} once it waits on the disk)", walk.on_disk)
+        } else {
+            String::new()
+        };
+        tracing::info!(
+            "walking on {} threads{on_disk}, probing on {}",
+            walk.start,
+            threads.probe
+        );
+        let opts = ScanOptions {
+            roots: folders,
+            follow_symlinks: a.follow_symlinks,
+            threads,
+            prune: a.prune,
+            full: a.full,
+        };
+        summary = scan(&mut store, &opts, &on_progress)?;
+    }
+    if !objects.is_empty() {
+        a.remote.apply();
+        let remote = retagfs_core::remote()?;
+        let opts = ObjectScanOptions {
+            roots: objects,
+            prune: a.prune,
+            jobs: a.jobs.unwrap_or(OBJECT_JOBS),
+        };
+        bar.reset();
+        bar.set_style(ProgressStyle::default_spinner());
+        let of_objects = scan_objects(&mut store, &remote, &opts, &on_progress)?;
+        summary.add(of_objects);
+    }
     bar.finish_and_clear();
     report(&summary, a.json);
     Ok(())
+}
+
+/// The roots given, as buckets and local folders; a malformed `s3://`
+/// root is a usage error.
+fn split_roots(roots: &[PathBuf]) -> anyhow::Result<(Vec<ObjectUrl>, Vec<PathBuf>)> {
+    let (mut objects, mut folders) = (Vec::new(), Vec::new());
+    for root in roots {
+        let text = root.to_string_lossy();
+        if is_remote_path(&text) {
+            objects.push(ObjectUrl::parse(&text).map_err(|why| anyhow::anyhow!("{why}"))?);
+        } else {
+            folders.push(root.clone());
+        }
+    }
+    Ok((objects, folders))
 }
 
 fn report(s: &ScanSummary, json: bool) {

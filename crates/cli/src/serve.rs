@@ -10,6 +10,7 @@ use crate::args::ServeArgs;
 
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let mode: Mode = a.mode.into();
+    a.remote.apply();
     let config = a.view.config(mode)?;
     crate::check_has_tracks(&a.db)?;
     let mut options = HttpOptions::new(a.listen);

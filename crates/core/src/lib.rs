@@ -11,7 +11,7 @@ pub mod view;
 
 use std::os::unix::fs::MetadataExt;
 
-pub use remote_access::{configure_remote, shared_remote};
+pub use remote_access::{remote, set_remote_settings, shared_remote};
 pub use retagfs_store::Stamps;
 pub use view::template::{Fallbacks, Template, TemplateError, DEFAULT_TEMPLATE};
 pub use view::{load_tree, Mode, OpenFile, ReadAheadMode, Refresh, TrackFields, View, ViewConfig};

@@ -61,7 +61,10 @@ impl Store {
 
 /// Records the version of a remote track's object that the scan read.
 pub fn set_remote_version(tx: &Transaction<'_>, track_id: i64, etag: &str) -> Result<()> {
-    tx.prepare_cached("INSERT OR REPLACE INTO remote_objects (track_id, etag) VALUES (?1, ?2)")?
-        .execute(params![track_id, etag])?;
+    tx.prepare_cached(
+        "INSERT INTO remote_objects (track_id, etag) VALUES (?1, ?2) \
+         ON CONFLICT (track_id) DO UPDATE SET etag = excluded.etag WHERE etag <> excluded.etag",
+    )?
+    .execute(params![track_id, etag])?;
     Ok(())
 }

@@ -959,3 +959,28 @@ fn version_9_tracks_keep_ids_tags_and_versions_and_may_name_objects() {
         .unwrap();
     assert_eq!(count(&db, "SELECT count(*) FROM remote_objects"), 0);
 }
+
+#[test]
+fn a_new_object_version_re_versions_its_track() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut db = Store::open(&dir.path().join("s.db")).unwrap();
+    let tx = db.write().unwrap();
+    let id = store::write_scanned(&tx, &track("s3://music/a.flac"), None).unwrap();
+    store::set_remote_version(&tx, id, "\"1\"").unwrap();
+    tx.commit().unwrap();
+    let version = |db: &Store| db.track(id).unwrap().unwrap().content_version;
+    let before = version(&db);
+    assert_eq!(
+        db.track(id).unwrap().unwrap().remote_etag.as_deref(),
+        Some("\"1\"")
+    );
+    let tx = db.write().unwrap();
+    store::set_remote_version(&tx, id, "\"1\"").unwrap();
+    tx.commit().unwrap();
+    assert_eq!(version(&db), before, "the same version changes nothing");
+    let tx = db.write().unwrap();
+    store::set_remote_version(&tx, id, "\"2\"").unwrap();
+    tx.commit().unwrap();
+    assert!(version(&db) > before);
+    assert_eq!(db.remote_etag(id).unwrap().as_deref(), Some("\"2\""));
+}

@@ -3,6 +3,7 @@
 
 mod folder_records;
 mod moves;
+pub mod objects;
 mod probe;
 mod walk;
 mod writer;
@@ -149,6 +150,25 @@ pub struct ScanSummary {
     /// that failed in this scan, and those unchanged since a scan that
     /// refused them (with the reason recorded then).
     pub failures: Vec<(String, String)>,
+}
+
+impl ScanSummary {
+    /// Adds the counts of another scan of the same run (its roots of
+    /// another kind).
+    pub fn add(&mut self, other: ScanSummary) {
+        self.added += other.added;
+        self.updated += other.updated;
+        self.moved += other.moved;
+        self.unchanged += other.unchanged;
+        self.removed += other.removed;
+        self.missing += other.missing;
+        self.unreadable += other.unreadable;
+        self.failed += other.failed;
+        self.skipped += other.skipped;
+        self.elapsed += other.elapsed;
+        self.failures.extend(other.failures);
+        self.failures.sort_unstable();
+    }
 }
 
 /// Progress reports for a progress bar.

@@ -179,7 +179,10 @@ pub(super) fn same_ending(a: &str, b: &str) -> usize {
 }
 
 pub(super) fn file_is_gone(path: &str) -> bool {
-    std::fs::symlink_metadata(text_to_path(path)).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    // An object is no local file: a local scan never takes its track.
+    !retagfs_remote::is_remote_path(path)
+        && std::fs::symlink_metadata(text_to_path(path))
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// Whether `path` is `prefix` or lies below it.

@@ -43,7 +43,9 @@ impl ReadAt for BackingFile {
         match self {
             BackingFile::Local(file) => FileExt::read_at(file.as_ref(), buf, offset),
             BackingFile::Remote(object) => {
-                let n = buf.len().min(object.version().size.saturating_sub(offset) as usize);
+                let n = buf
+                    .len()
+                    .min(object.version().size.saturating_sub(offset) as usize);
                 object.read_exact_at(&mut buf[..n], offset)?;
                 Ok(n)
             }
@@ -62,7 +64,8 @@ pub(super) fn open_backing(track: &TrackRow, log: Log) -> io::Result<BackingFile
 }
 
 fn open_object(track: &TrackRow, log: Log) -> io::Result<BackingFile> {
-    let url = ObjectUrl::parse(&track.backing_path).map_err(|why| failed(track.id, log, "backing path", &why))?;
+    let url =
+        ObjectUrl::parse(&track.backing_path).map_err(|why| failed(track.id, log, "backing path", &why))?;
     let Some(etag) = track.remote_etag.clone() else {
         return Err(failed(
             track.id,
@@ -76,7 +79,11 @@ fn open_object(track: &TrackRow, log: Log) -> io::Result<BackingFile> {
         size: track.stamps.size,
         mtime_ns: track.stamps.mtime_ns,
     };
-    Ok(BackingFile::Remote(RemoteFile::new(crate::shared_remote()?, url, version)))
+    Ok(BackingFile::Remote(RemoteFile::new(
+        crate::shared_remote()?,
+        url,
+        version,
+    )))
 }
 
 fn open_local(track: &TrackRow, log: Log) -> io::Result<File> {

@@ -248,7 +248,9 @@ impl View {
         let read_ahead = match mode {
             ReadAheadMode::Always => true,
             ReadAheadMode::Never => false,
-            ReadAheadMode::Auto => backing.local().is_some_and(|f| fs_kind::of_file(f) == FsKind::Network),
+            ReadAheadMode::Auto => backing
+                .local()
+                .is_some_and(|f| fs_kind::of_file(f) == FsKind::Network),
         };
         // An object reads ahead on its own (large ranged GETs, several in
         // flight) and has no page cache to look at.
@@ -379,7 +381,12 @@ impl View {
 
     /// The track's row, its backing file (checked against the scan's stamps)
     /// and the layout of the served file.
-    fn resolve(&self, store: &Store, track_id: i64, log: Log) -> io::Result<(TrackRow, BackingFile, Arc<Layout>)> {
+    fn resolve(
+        &self,
+        store: &Store,
+        track_id: i64,
+        log: Log,
+    ) -> io::Result<(TrackRow, BackingFile, Arc<Layout>)> {
         let synthesis = self.config.mode == Mode::Synthesis;
         // The row and what synthesis needs, from one committed state.
         let found = store

@@ -72,3 +72,10 @@ CREATE TABLE remote_objects (
     track_id INTEGER PRIMARY KEY REFERENCES tracks (id) ON DELETE CASCADE,
     etag     TEXT    NOT NULL CHECK (etag <> '')
 );
+-- A new version of a track's object re-versions the track, as a rewritten
+-- local file does through its stamps (an object overwritten within the
+-- same second with as many bytes has the same ones).
+CREATE TRIGGER remote_objects_version AFTER UPDATE OF etag ON remote_objects BEGIN
+    UPDATE tracks SET content_version = content_version + 1 WHERE id = NEW.track_id;
+    INSERT INTO changes (track_id, kind) VALUES (NEW.track_id, 'audio');
+END;
