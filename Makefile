@@ -8,6 +8,9 @@ BIN := target/release/retagfs
 
 .PHONY: all deps test-deps build install test lint unit e2e demo fixtures clean bench fuzz soak
 
+# The S3-compatible server the object-store tests run against.
+VERSITYGW_VERSION ?= v1.8.0
+
 all: build
 
 # Installs the Debian packages of the commands in $(1) (command:package)
@@ -63,6 +66,10 @@ test-deps: deps
 	@python3 -c 'import selenium' 2>/dev/null || \
 	  python3 -m pip install -q selenium 2>/dev/null || \
 	  python3 -m pip install -q --break-system-packages selenium
+	@# An S3-compatible server for the object-store tests (Go, built once).
+	@command -v versitygw >/dev/null || [ -x "$$(go env GOPATH)/bin/versitygw" ] || \
+	  { echo "installing versitygw $(VERSITYGW_VERSION) with go install"; \
+	    go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
 
 test: test-deps lint unit e2e
 

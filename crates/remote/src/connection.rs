@@ -27,6 +27,9 @@ pub(crate) struct Limits {
 const DEFAULT_REGION: &str = "us-east-1";
 
 pub(crate) fn operator(bucket: &str, limits: Limits) -> anyhow::Result<Operator> {
+    // The HTTP client every operator uses (reqwest), installed once.
+    static TRANSPORT: std::sync::Once = std::sync::Once::new();
+    TRANSPORT.call_once(opendal::install_default);
     let mut builder = S3::default()
         .bucket(bucket)
         .root("/")

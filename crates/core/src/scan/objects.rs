@@ -16,9 +16,12 @@ use super::*;
 /// trips.
 pub const OBJECT_JOBS: usize = 32;
 
-/// The bytes fetched at each end of an object before probing it; an
-/// object up to twice as long is fetched whole, in one GET.
-const END_WINDOW: u64 = 128 * 1024;
+/// The bytes fetched at the start of an object before probing it: the
+/// tags, and the first block of the audio after them, which a fresh
+/// mount's first read needs (the kernel reads 128 KiB ahead of any read).
+const HEAD_WINDOW: u64 = 2 * BLOCK;
+/// The bytes fetched at its end (trailing tags, the fingerprint's end).
+const TAIL_WINDOW: u64 = BLOCK;
 /// The least a probe's read outside the windows fetches.
 const EXTRA_WINDOW: u64 = 64 * 1024;
 
@@ -341,11 +344,11 @@ impl<'a> FetchedObject<'a> {
             windows: RefCell::new(Vec::new()),
         };
         let size = object.version.size;
-        if size <= 2 * END_WINDOW {
+        if size <= HEAD_WINDOW + TAIL_WINDOW {
             fetched.fetch(0..size)?;
         } else {
-            fetched.fetch(0..END_WINDOW)?;
-            fetched.fetch(size - END_WINDOW..size)?;
+            fetched.fetch(0..HEAD_WINDOW)?;
+            fetched.fetch(size - TAIL_WINDOW..size)?;
         }
         Ok(fetched)
     }
@@ -374,19 +377,31 @@ impl<'a> FetchedObject<'a> {
         }
     }
 
-    /// Puts the first block, and the block the audio starts in, into the
-    /// disk cache, when the windows hold them whole.
+    /// Puts what a fresh mount's first read of the file needs into the
+    /// disk cache: the first block (an open checks the format there) and
+    /// the blocks holding the audio's first 128 KiB (the kernel reads that
+    /// far ahead of the first read). A block the windows do not hold whole
+    /// (audio behind large pictures) is fetched for it.
     fn keep_in_cache(&self, audio_offset: u64) {
         let Some(cache) = self.remote.cache() else { return };
         let size = self.object.version.size;
-        let mut blocks = vec![0, audio_offset / BLOCK];
+        let audio_blocks =
+            audio_offset / BLOCK..=((audio_offset + BLOCK).min(size).saturating_sub(1) / BLOCK);
+        let mut blocks: Vec<u64> = std::iter::once(0).chain(audio_blocks).collect();
         blocks.dedup();
         for block in blocks {
             let start = block * BLOCK;
             let mut bytes = vec![0; (size - start.min(size)).min(BLOCK) as usize];
-            if !bytes.is_empty() && self.copy_from_windows(&mut bytes, start) {
-                cache.put(&self.object.url, &self.object.version, block, &bytes);
+            if bytes.is_empty() {
+                continue;
             }
+            if !self.copy_from_windows(&mut bytes, start) {
+                if self.fetch(start..start + bytes.len() as u64).is_err() {
+                    continue;
+                }
+                self.copy_from_windows(&mut bytes, start);
+            }
+            cache.put(&self.object.url, &self.object.version, block, &bytes);
         }
     }
 }
