@@ -13,10 +13,12 @@ import subprocess
 import threading
 import time
 
+import mutagen
 import pytest
 
 from conftest import run
 from s3_proxy import S3Proxy
+from test_http import Server, quoted
 from test_live import export, wait_for
 
 pytestmark = pytest.mark.once
@@ -199,9 +201,15 @@ def test_a_bucket_is_served_as_the_same_library_in_a_local_folder(tmp_path, s3, 
     assert sorted(served) == sorted(expected)
     for name, data in expected.items():
         assert served[name] == data, name
-    import mutagen
     some = next(n for n in served if n.endswith(".flac"))
     assert mutagen.File(os.path.join(remote.mnt, some))["comment"] == ["retagged"]
+    # `serve` reads the objects the same way.
+    server = Server(remote_db, tmp_path / "serve.log")
+    try:
+        status, _, body = server.request("GET", quoted(some))
+        assert status == 200 and body == expected[some]
+    finally:
+        server.stop()
     # Large ranges, not one GET per kernel read: a few per file at most.
     assert proxy.counts["GET"] <= 6 * 12, proxy.counts
     for secret in (SECRET, ACCESS):
@@ -340,6 +348,7 @@ def test_faults_give_eio_within_the_deadline_never_wrong_bytes_and_recover(tmp_p
         proxy.set_fault(**fault)
         code, data, took = timed_read(flac)
         proxy.clear_fault()
+        print("retried fault %s: errno %d in %.2f s" % (fault, code, took))
         assert (code, data == want) == (0, True), (fault, code, took)
         assert took < limit, (fault, took)
 
@@ -354,13 +363,14 @@ def test_faults_give_eio_within_the_deadline_never_wrong_bytes_and_recover(tmp_p
         assert browse_is_fast() < 1.0, fault
         t.join(timeout=60)
         code, _, took = reader["result"]
+        print("lasting fault %s: errno %d in %.2f s" % (fault, code, took))
         assert code == errno.EIO and took < limit, (fault, code, took)
         # The remote is known down now: reads fail at once.
         code, _, took = timed_read(flac)
         assert code == errno.EIO and took < 1.0, (fault, "not failing fast", took)
         proxy.clear_fault()
         recovered = wait_for(lambda: timed_read(flac)[:2] == (0, want), timeout=10)
-        assert recovered < 10, fault
+        print("  failing fast: %.3f s; recovered %.2f s after the fault ended" % (took, recovered))
 
     # The server killed in the middle of reads, then restarted.
     proxy.latency_ms = 20
@@ -371,10 +381,12 @@ def test_faults_give_eio_within_the_deadline_never_wrong_bytes_and_recover(tmp_p
     gateway.kill()
     t.join(timeout=60)
     code, data, took = reader["result"]
+    print("server killed mid-read: errno %d in %.2f s" % (code, took))
     assert (code == errno.EIO or data == want) and took < limit, (code, took)
     assert browse_is_fast() < 1.0
     gateway.start()
     proxy.latency_ms = 0
-    wait_for(lambda: timed_read(flac)[:2] == (0, want), timeout=10)
+    recovered = wait_for(lambda: timed_read(flac)[:2] == (0, want), timeout=10)
+    print("  recovered %.2f s after the restart" % recovered)
     assert m.proc.poll() is None, "the mount went down"
     assert "not answering" in open(str(m.mnt) + ".log").read()

@@ -57,7 +57,7 @@ pub(crate) fn operator(bucket: &str, limits: Limits) -> anyhow::Result<Operator>
                 .with_max_times(limits.retries)
                 .with_notify(|event: opendal::layers::RetryEvent<'_>| {
                     tracing::debug!("retrying after {:?}: {}", event.retry_after, event.err);
-                    crate::remote::count_retry();
+                    crate::remote::count_retry(event.err);
                 }),
         );
     Ok(operator)

@@ -3,7 +3,7 @@
 //! own so that a caller's wait is bounded and killable by the deadline
 //! alone, whatever the network does.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
@@ -60,8 +60,26 @@ pub struct Remote {
 }
 
 tokio::task_local! {
-    /// Retries of the request the current task is making, for its log line.
-    static RETRIES: Cell<u32>;
+    /// The retries of the request the current task is making, for its log
+    /// line.
+    static RETRIES: RefCell<Retries>;
+}
+
+/// How often a request was retried, and why the last time.
+#[derive(Default, Clone)]
+struct Retries {
+    count: u32,
+    last_error: Option<String>,
+}
+
+impl std::fmt::Display for Retries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} retries", self.count)?;
+        if let Some(why) = &self.last_error {
+            write!(f, " (the last after: {why})")?;
+        }
+        Ok(())
+    }
 }
 
 impl Remote {
@@ -117,15 +135,15 @@ impl Remote {
         &self,
         deadline: Duration,
         work: impl Future<Output = Result<T, opendal::Error>> + Send + 'static,
-    ) -> Result<(Result<T, Failure>, u32), Failure> {
+    ) -> Result<(Result<T, Failure>, Retries), Failure> {
         let (send, receive) = std::sync::mpsc::sync_channel(1);
-        self.runtime.spawn(RETRIES.scope(Cell::new(0), async move {
+        self.runtime.spawn(RETRIES.scope(RefCell::default(), async move {
             let outcome = match tokio::time::timeout(deadline, work).await {
                 Ok(Ok(v)) => Ok(v),
                 Ok(Err(e)) => Err(Failure::from(e)),
                 Err(_) => Err(Failure::Deadline),
             };
-            let _ = send.send((outcome, RETRIES.with(Cell::get)));
+            let _ = send.send((outcome, RETRIES.with(|r| r.borrow().clone())));
         }));
         receive
             .recv_timeout(deadline + Duration::from_secs(1))
@@ -148,7 +166,7 @@ impl Remote {
         });
         let (outcome, retries) = match read {
             Ok(done) => done,
-            Err(failure) => (Err(failure), 0),
+            Err(failure) => (Err(failure), Retries::default()),
         };
         let outcome = outcome.and_then(|bytes| {
             if bytes.len() as u64 == want {
@@ -164,12 +182,12 @@ impl Remote {
                 }
                 Ok(bytes)
             }
-            Err(failure) => Err(self.failed(url, &failure, retries, started)),
+            Err(failure) => Err(self.failed(url, &failure, &retries, started)),
         }
     }
 
     /// Logs a failed read and gives the caller its errno.
-    fn failed(&self, url: &ObjectUrl, failure: &Failure, retries: u32, started: Instant) -> io::Error {
+    fn failed(&self, url: &ObjectUrl, failure: &Failure, retries: &Retries, started: Instant) -> io::Error {
         let took = started.elapsed().as_secs_f64();
         match failure {
             Failure::Changed => {
@@ -197,7 +215,7 @@ impl Remote {
                     );
                 }
                 tracing::warn!(
-                    "{url}: read from {} failed after {retries} retries in {took:.1} s: {failure}",
+                    "{url}: read from {} failed in {took:.1} s after {retries}: {failure}",
                     self.host
                 );
             }
@@ -345,7 +363,27 @@ fn eio() -> io::Error {
     io::Error::from_raw_os_error(libc::EIO)
 }
 
-/// Counts a retry of the current task's request (see [`RETRIES`]).
-pub(crate) fn count_retry() {
-    let _ = RETRIES.try_with(|n| n.set(n.get() + 1));
+/// Counts a retry of the current task's request, and why (see [`RETRIES`]).
+pub(crate) fn count_retry(why: &opendal::Error) {
+    let _ = RETRIES.try_with(|r| {
+        let mut r = r.borrow_mut();
+        r.count += 1;
+        r.last_error = Some(short_error(why));
+    });
+}
+
+/// An error of the S3 client in a few words: its kind, and the S3 error
+/// code the server sent (`SlowDown`, `InternalError`) or the start of its
+/// message, without the request's details.
+fn short_error(e: &opendal::Error) -> String {
+    let message = e.message();
+    let brief = match message
+        .split("code: \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+    {
+        Some(code) => format!("S3 error {code}"),
+        None => message.chars().take(120).collect(),
+    };
+    format!("{}: {brief}", e.kind())
 }
