@@ -390,3 +390,25 @@ def test_faults_give_eio_within_the_deadline_never_wrong_bytes_and_recover(tmp_p
     print("  recovered %.2f s after the restart" % recovered)
     assert m.proc.poll() is None, "the mount went down"
     assert "not answering" in open(str(m.mnt) + ".log").read()
+
+
+def test_credentials_come_from_a_profile_and_wrong_ones_say_so_without_the_secret(tmp_path, s3, monkeypatch):
+    root, proxy = s3
+    home = tmp_path / "home"
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "credentials").write_text(
+        "[default]\naws_access_key_id = nobody\naws_secret_access_key = nothing\n\n"
+        "[music]\naws_access_key_id = %s\naws_secret_access_key = %s\n" % (ACCESS, SECRET))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.setenv("AWS_PROFILE", "music")
+    db = tmp_path / "remote.db"
+    assert '"added":6' in run("scan", root, "--db", str(db), "--json").stdout.replace(" ", "")
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "a-wrong-secret")
+    p = run("scan", root, "--db", str(db), "--remote-deadline", str(DEADLINE), check=False)
+    assert p.returncode != 0, p.stderr
+    assert "could not be listed" in p.stderr and "SignatureDoesNotMatch" in p.stderr, p.stderr
+    assert "a-wrong-secret" not in p.stderr
