@@ -232,9 +232,11 @@ pub struct MountArgs {
     #[arg(long, value_name = "OCTAL", default_value = "555", value_parser = parse_read_only_mode)]
     pub dir_mode: u16,
     /// Threads answering the kernel's requests; opens and reads wait on the
-    /// backing files, so slow (network) storage wants more.
-    #[arg(long, default_value_t = 8)]
-    pub threads: usize,
+    /// backing files, so slow (network) storage wants more [default: 8;
+    /// 32 when the store has tracks in object storage, where a read may
+    /// wait out its --remote-deadline].
+    #[arg(long)]
+    pub threads: Option<usize>,
     /// Serve every file through the daemon, even those the kernel could
     /// read straight from the backing file. By default, when running as
     /// root on Linux 6.9+, files served byte-identical (all of them with

@@ -163,7 +163,7 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
     raise_open_file_limit();
     let files = lib.tree().file_count();
     let mount_config = MountConfig {
-        threads: a.threads,
+        threads: a.threads.unwrap_or_else(|| default_threads(&a.db)),
         allow_other: a.allow_other,
         // Registering a backing file with the kernel needs CAP_SYS_ADMIN.
         // SAFETY: geteuid cannot fail and touches no memory.
@@ -282,6 +282,19 @@ fn stop_on_signals(mut signals: signal_hook::iterator::Signals, mut unmounter: U
         // unmounted by hand.
         let _ = unmounter.detach();
         std::process::exit(0);
+    }
+}
+
+/// Threads answering the kernel when not told: more when reads may wait
+/// on a remote, so that a remote that stopped answering holds some of them
+/// (each until its read's deadline) and leaves others for listings and
+/// local files.
+fn default_threads(db: &Path) -> usize {
+    let remote = crate::open_existing(db).and_then(|s| Ok(s.has_remote_tracks()?));
+    if remote.unwrap_or(false) {
+        32
+    } else {
+        8
     }
 }
 

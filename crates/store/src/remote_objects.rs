@@ -47,6 +47,15 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// Whether any track's backing file is an object (a look at one row
+    /// of the path index).
+    pub fn has_remote_tracks(&self) -> Result<bool> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT 1 FROM tracks WHERE backing_path >= ?1 AND backing_path < ?2 LIMIT 1")?;
+        Ok(stmt.exists([REMOTE_PATHS.0, REMOTE_PATHS.1])?)
+    }
+
     /// The version (ETag) of a remote track's object that the scan read.
     pub fn remote_etag(&self, track_id: i64) -> Result<Option<String>> {
         if self.schema_version() < 10 {
