@@ -177,7 +177,7 @@ fn probe_and_write_objects(
     progress: &(dyn Fn(Progress) + Sync),
 ) -> anyhow::Result<()> {
     let (job_tx, job_rx) = bounded::<ObjectJob>(jobs * 2);
-    let (out_tx, out_rx) = bounded::<ObjectOutcome>(jobs * 2);
+    let (out_tx, out_rx) = bounded::<Vec<ObjectOutcome>>(jobs * 2);
     std::thread::scope(|s| {
         for _ in 0..jobs.max(1) {
             let (jobs, out) = (job_rx.clone(), out_tx.clone());
@@ -188,7 +188,7 @@ fn probe_and_write_objects(
                         Ok(probed) => ObjectOutcome::Scanned(job, Box::new(probed)),
                         Err(e) => ObjectOutcome::Failed(job, e),
                     };
-                    if out.send(outcome).is_err() {
+                    if out.send(vec![outcome]).is_err() {
                         break;
                     }
                 }
@@ -202,36 +202,10 @@ fn probe_and_write_objects(
                 }
             }
         });
-        write_object_outcomes(db, out_rx, moved_from, moved, summary, progress)
+        write_in_batches(db, out_rx, progress, |tx, outcome, held| {
+            write_object_outcome(tx, outcome, held, moved_from, moved, summary)
+        })
     })
-}
-
-fn write_object_outcomes(
-    db: &mut Store,
-    outcomes: Receiver<ObjectOutcome>,
-    moved_from: &mut MoveCandidates,
-    moved: &mut HashSet<i64>,
-    summary: &mut ScanSummary,
-    progress: &(dyn Fn(Progress) + Sync),
-) -> anyhow::Result<()> {
-    let mut held = store::HeldPictures::default();
-    while let Ok(first) = outcomes.recv() {
-        let tx = db.write()?;
-        let deadline = Instant::now() + GATHER;
-        let mut next = Some(first);
-        let mut written = 0;
-        while let Some(outcome) = next.take() {
-            progress(Progress::Probed);
-            write_object_outcome(&tx, outcome, &mut held, moved_from, moved, summary)?;
-            written += 1;
-            if written < BATCH && held.bytes() < HELD_PICTURE_BYTES {
-                next = outcomes.recv_deadline(deadline).ok();
-            }
-        }
-        held.store(&tx)?;
-        tx.commit()?;
-    }
-    Ok(())
 }
 
 fn write_object_outcome(
@@ -310,20 +284,12 @@ fn probe_object(
     let p = probe(&src)?;
     let fingerprints = fingerprints(&src, p.audio_offset, p.audio_length, false, buf)?;
     src_object.keep_in_cache(p.audio_offset);
-    let track = ScannedTrack {
-        backing_path: object.url.to_string(),
-        format: p.format,
-        audio_offset: p.audio_offset,
-        audio_length: p.audio_length,
-        stamps: object_stamps(object),
-        fingerprint: Some(fingerprints.blake3),
-        tags: p.tags,
-        pictures: dedup_pictures(p.pictures),
-        flac_blocks: p.flac_blocks,
-        parts: p.parts,
-        passthrough: p.passthrough,
-        vendor: p.vendor,
-    };
+    let track = scanned_track(
+        object.url.to_string(),
+        object_stamps(object),
+        p,
+        fingerprints.blake3,
+    );
     Ok(Probed { track, sha256: None })
 }
 

@@ -58,24 +58,35 @@ pub(super) fn probe_file(job: &Job<'_>, sha256: bool, buf: &mut Vec<u8>) -> Resu
     let src = Source::new(&file as &dyn ReadAt, job.stamps.size);
     let p = probe(&src)?;
     let fingerprints = fingerprints(&src, p.audio_offset, p.audio_length, sha256, buf)?;
-    let track = ScannedTrack {
-        backing_path: job.path.to_string(),
+    let track = scanned_track(job.path.to_string(), job.stamps, p, fingerprints.blake3);
+    Ok(Probed {
+        track,
+        sha256: fingerprints.sha256,
+    })
+}
+
+/// What goes to the store of a file at `path` with `stamps`, probed as
+/// `p`, whose audio has the content fingerprint `blake3`.
+pub(super) fn scanned_track(
+    path: String,
+    stamps: Stamps,
+    p: retagfs_formats::Probe,
+    blake3: [u8; 32],
+) -> ScannedTrack {
+    ScannedTrack {
+        backing_path: path,
         format: p.format,
         audio_offset: p.audio_offset,
         audio_length: p.audio_length,
-        stamps: job.stamps,
-        fingerprint: Some(fingerprints.blake3),
+        stamps,
+        fingerprint: Some(blake3),
         tags: p.tags,
         pictures: dedup_pictures(p.pictures),
         flac_blocks: p.flac_blocks,
         parts: p.parts,
         passthrough: p.passthrough,
         vendor: p.vendor,
-    };
-    Ok(Probed {
-        track,
-        sha256: fingerprints.sha256,
-    })
+    }
 }
 
 /// A file read through a window: a small read fetches `WINDOW` bytes from

@@ -60,6 +60,19 @@ pub(super) fn write_results(
     out: &mut Results<'_>,
     progress: &dyn Fn(Progress),
 ) -> anyhow::Result<()> {
+    write_in_batches(db, results, progress, |tx, outcome, held| {
+        write_outcome(tx, outcome, held, out)
+    })
+}
+
+/// Writes what the probes send with `write`, in batched transactions as
+/// [`write_results`] says; each result counts as one file probed.
+pub(super) fn write_in_batches<T>(
+    db: &mut Store,
+    results: Receiver<Vec<T>>,
+    progress: &dyn Fn(Progress),
+    mut write: impl FnMut(&store::Transaction<'_>, T, &mut store::HeldPictures) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let mut held = store::HeldPictures::default();
     while let Ok(first) = results.recv() {
         let tx = db.write()?;
@@ -69,7 +82,7 @@ pub(super) fn write_results(
         while let Some(outcomes) = next.take() {
             for outcome in outcomes {
                 progress(Progress::Probed);
-                write_outcome(&tx, outcome, &mut held, out)?;
+                write(&tx, outcome, &mut held)?;
                 written += 1;
             }
             if written < BATCH && held.bytes() < HELD_PICTURE_BYTES {
