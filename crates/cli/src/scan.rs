@@ -24,6 +24,7 @@ pub fn run(a: ScanArgs) -> anyhow::Result<()> {
     };
     let on_progress = |p: Progress| match p {
         Progress::Walking(n) => bar.set_message(format!("walking: {n} files found")),
+        Progress::Listing(n) => bar.set_message(format!("listing: {n} objects found")),
         Progress::Probing(total) => {
             // The walk is over and its lists merged: what it freed goes
             // back to the system now rather than over the next second,

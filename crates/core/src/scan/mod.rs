@@ -175,6 +175,8 @@ impl ScanSummary {
 pub enum Progress {
     /// The walk found this many files so far.
     Walking(u64),
+    /// The listing of buckets found this many objects so far.
+    Listing(u64),
     /// Probing starts: this many files need it.
     Probing(u64),
     /// One more file probed.

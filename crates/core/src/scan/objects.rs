@@ -146,7 +146,7 @@ fn list_roots(
                 )
             });
             while !listing.is_finished() {
-                progress(Progress::Walking(found.load(Ordering::Relaxed) as u64));
+                progress(Progress::Listing(found.load(Ordering::Relaxed) as u64));
                 std::thread::sleep(Duration::from_millis(100));
             }
             listing.join().expect("a listing does not panic")
@@ -154,7 +154,7 @@ fn list_roots(
         .with_context(|| format!("nothing was changed in the store: {root} could not be listed whole"))?;
         all.extend(objects);
     }
-    progress(Progress::Walking(all.len() as u64));
+    progress(Progress::Listing(all.len() as u64));
     all.sort_by(|a, b| a.url.cmp(&b.url));
     all.dedup_by(|a, b| a.url == b.url);
     Ok(all)
