@@ -5,6 +5,7 @@
 mod failure_log;
 pub mod fs_kind;
 pub mod import;
+pub mod query;
 mod remote_access;
 pub mod scan;
 pub mod view;
