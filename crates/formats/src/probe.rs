@@ -99,6 +99,7 @@ impl Probe {
             changed_at: 0,
             vendor: self.vendor.clone(),
             remote_etag: None,
+            added_at: 0,
         }
     }
 

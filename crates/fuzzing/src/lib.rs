@@ -255,6 +255,7 @@ fn random_rows(u: &mut Unstructured<'_>) -> ArbResult<Rows> {
         changed_at: 0,
         vendor: None,
         remote_etag: None,
+        added_at: 0,
     };
     let tags: Vec<(String, String)> = u.arbitrary()?;
     let images: Vec<Vec<u8>> = u.arbitrary()?;

@@ -100,6 +100,9 @@ pub struct TrackRow {
     /// For a track whose backing file is an object (`s3://`), the ETag of
     /// the version the scan read.
     pub remote_etag: Option<String>,
+    /// When the track entered the store, in seconds since the epoch (for a
+    /// store before version 11, when it was last probed).
+    pub added_at: i64,
 }
 
 impl TrackRow {

@@ -27,7 +27,8 @@ impl Store {
     /// and before version 10 no remote objects.
     fn track_columns(&self) -> &'static str {
         match self.opened_version {
-            10.. => TRACK_COLUMNS,
+            11.. => TRACK_COLUMNS,
+            10 => TRACK_COLUMNS_V10,
             9 => TRACK_COLUMNS_V9,
             _ => TRACK_COLUMNS_BEFORE_V9,
         }
@@ -726,11 +727,15 @@ impl<'s, T> ByTrack<'s, T> {
 
 const TRACK_COLUMNS: &str = "id, backing_path, format, audio_offset, audio_length, \
                              file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at, vendor, \
-                             (SELECT etag FROM remote_objects WHERE track_id = tracks.id)";
+                             (SELECT etag FROM remote_objects WHERE track_id = tracks.id), added_at";
+const TRACK_COLUMNS_V10: &str = "id, backing_path, format, audio_offset, audio_length, \
+                             file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at, vendor, \
+                             (SELECT etag FROM remote_objects WHERE track_id = tracks.id), scanned_at";
 const TRACK_COLUMNS_V9: &str = "id, backing_path, format, audio_offset, audio_length, \
-                             file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at, vendor, NULL";
+                             file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at, vendor, NULL, \
+                             scanned_at";
 const TRACK_COLUMNS_BEFORE_V9: &str = "id, backing_path, format, audio_offset, audio_length, \
-                             file_size, mtime_ns, ctime_ns, content_version, passthrough, 0, NULL, NULL";
+                             file_size, mtime_ns, ctime_ns, content_version, passthrough, 0, NULL, NULL, scanned_at";
 
 fn track_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackRow> {
     let id = r.get(0)?;
@@ -760,6 +765,7 @@ fn track_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackRow> {
             _ => Some(text(r, 11, id)?),
         },
         remote_etag: r.get(12)?,
+        added_at: r.get(13)?,
     })
 }
 

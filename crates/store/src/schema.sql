@@ -1,4 +1,4 @@
--- retagfs store, the current schema (version 10; docs/store.md is the
+-- retagfs store, the current schema (version 11; docs/store.md is the
 -- contract). A new store is made from this file; an older one is brought
 -- here by the scripts in migrations/, one per version. A test checks that
 -- both ways give the same schema.
@@ -33,6 +33,9 @@ CREATE TABLE tracks (
     -- When what the track serves last changed, in seconds (0: not since
     -- the scan). A served file's mtime is the later of this and mtime_ns.
     changed_at         INTEGER NOT NULL DEFAULT 0,
+    -- When the track entered the store, in seconds (set on insert, kept
+    -- when its file moves).
+    added_at           INTEGER NOT NULL DEFAULT 0,
     CHECK (audio_offset + audio_length <= file_size)
 );
 CREATE INDEX tracks_fingerprint ON tracks (fingerprint) WHERE fingerprint IS NOT NULL;
@@ -141,6 +144,8 @@ CREATE TABLE changes (
 
 CREATE TRIGGER tracks_added AFTER INSERT ON tracks BEGIN
     INSERT INTO changes (track_id, kind) VALUES (NEW.id, 'added');
+    UPDATE tracks SET added_at = CAST(strftime('%s', 'now') AS INTEGER)
+     WHERE id = NEW.id AND NEW.added_at = 0;
 END;
 CREATE TRIGGER tracks_audio AFTER UPDATE OF format, audio_offset, audio_length, file_size, mtime_ns, ctime_ns ON tracks BEGIN
     UPDATE tracks SET content_version = content_version + 1 WHERE id = NEW.id;

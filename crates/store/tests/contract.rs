@@ -984,3 +984,33 @@ fn a_new_object_version_re_versions_its_track() {
     assert!(version(&db) > before);
     assert_eq!(db.remote_etag(id).unwrap().as_deref(), Some("\"2\""));
 }
+
+#[test]
+fn a_track_keeps_the_time_it_entered_the_store_and_older_ones_get_their_scan_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    {
+        let conn = store_of_version(&path, 10);
+        conn.execute_batch(
+            "INSERT INTO tracks (id, backing_path, format, audio_offset, audio_length, file_size,
+                                 mtime_ns, ctime_ns, scanned_at)
+             VALUES (1, '/m/a.flac', 'flac', 10, 90, 100, 1, 1, 1234567)",
+        )
+        .unwrap();
+    }
+    let mut db = Store::open(&path).unwrap();
+    assert_eq!(db.track(1).unwrap().unwrap().added_at, 1234567);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let tx = db.write().unwrap();
+    let id = store::write_scanned(&tx, &track("/m/b.flac"), None).unwrap();
+    tx.commit().unwrap();
+    let added = db.track(id).unwrap().unwrap().added_at;
+    assert!((now - 5..=now + 5).contains(&added), "{added} vs {now}");
+    let tx = db.write().unwrap();
+    store::move_track(&tx, id, &track("/m/moved.flac")).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(db.track(id).unwrap().unwrap().added_at, added);
+}

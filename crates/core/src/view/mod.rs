@@ -592,6 +592,7 @@ mod tests {
             changed_at: 0,
             vendor: None,
             remote_etag: None,
+            added_at: 0,
         };
         let disc = |tags: &[(&str, &str)]| {
             let tags: Vec<(String, String)> =

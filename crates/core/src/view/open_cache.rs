@@ -96,6 +96,7 @@ mod tests {
                 changed_at: 0,
                 vendor: None,
                 remote_etag: None,
+                added_at: 0,
             };
             cache.put(&track, layout.clone());
             assert!(cache.get(id, 1).is_some(), "the file just put is held");
