@@ -54,6 +54,17 @@ SIGHUP reads the certificate again."
     Serve(ServeArgs),
     /// Print every track as JSON: id, backing_path, path, format, tags, art.
     Export(ExportArgs),
+    /// List the tracks that match a query: their paths in the view, or JSON
+    /// as `export` prints it.
+    #[command(after_help = "Queries (docs/query.md), as in beets:\n  \
+miles              artist, album artist, album or title contains it (case and accents ignored)\n  \
+genre:jazz         a field contains it;  genre:=Jazz  is exactly it;  genre::^J.z+$  matches a regex\n  \
+year:1955..1965    a range (also year:2000.. or ..1999); year is the date's first four digits\n  \
+added:-30d..       entered the store in the last 30 days (also added:2026-01)\n  \
+albumartist:=      the field is missing or empty\n  \
+-genre:jazz        not (also ^genre:jazz);   \"two words\"  quotes group words\n  \
+a b , c d          (a and b) or (c and d)")]
+    Query(QueryArgs),
     /// Read or edit a track's tags in the store.
     Tag(TagArgs),
     /// Set or remove a track's pictures in the store.
@@ -72,6 +83,7 @@ impl Command {
             Command::Mount(a) => Some(&a.db),
             Command::Serve(a) => Some(&a.db),
             Command::Export(a) => Some(&a.db),
+            Command::Query(a) => Some(&a.db),
             Command::Tag(a) => a.db.as_deref(),
             Command::Art(a) => a.db.as_deref(),
             Command::Import(a) => Some(&a.db),
@@ -264,6 +276,24 @@ pub struct MountArgs {
     /// 4 (UTF-8, the default) or 3 (UTF-16, for players that cannot read v2.4).
     #[arg(long, value_name = "3|4", default_value_t = 4, value_parser = clap::value_parser!(u8).range(3..=4))]
     pub id3v2_version: u8,
+}
+
+#[derive(Args)]
+pub struct QueryArgs {
+    /// The store to search.
+    #[arg(long)]
+    pub db: PathBuf,
+    /// The query; several words are joined with spaces (quote the whole to
+    /// keep the shell away from quotes and `*`). One that starts with `-`
+    /// comes after `--` (or write `^` for not).
+    #[arg(value_name = "QUERY")]
+    pub query: Vec<String>,
+    /// Print the matching tracks as JSON, in the shape `export` prints.
+    #[arg(long)]
+    pub json: bool,
+    /// The view whose paths are printed (as `mount` takes them).
+    #[command(flatten)]
+    pub view: ViewArgs,
 }
 
 #[derive(Args)]

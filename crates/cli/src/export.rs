@@ -29,41 +29,76 @@ struct TrackJson {
     art: Vec<ArtJson>,
 }
 
-/// Writes the array one track at a time as the store is read: a list of
-/// every track would hold the whole library's tags at once.
 pub fn run(a: ExportArgs) -> anyhow::Result<()> {
     let config = a.view.config(Mode::Synthesis)?;
-    let store = crate::open_existing(&a.db)?;
-    let mut json = serde_json::Serializer::pretty(std::io::BufWriter::new(std::io::stdout().lock()));
+    print_tracks(&a.db, &config, Output::Json, |_| true)?;
+    Ok(())
+}
+
+/// How [`print_tracks`] prints.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// An array of objects, as `export` prints.
+    Json,
+    /// Each track's path in the view, one per line.
+    Paths,
+}
+
+/// Prints the tracks that `keep` keeps, as the store is read: a list of
+/// every track would hold the whole library's tags at once. Returns how
+/// many were printed.
+pub fn print_tracks(
+    db: &std::path::Path,
+    config: &retagfs_core::ViewConfig,
+    output: Output,
+    mut keep: impl FnMut(&TrackBundle) -> bool,
+) -> anyhow::Result<u64> {
+    let store = crate::open_existing(db)?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     // The store's reader takes no fallible callback: the first write error
     // is kept, and nothing more is written after it.
-    let mut failed: Option<serde_json::Error> = None;
+    let mut failed: Option<std::io::Error> = None;
+    let mut printed = 0;
     store.read_snapshot(|s| {
-        let (tree, count) = load_tree(s, &config)?;
-        let mut seq = match (&mut json).serialize_seq(Some(count)) {
-            Ok(seq) => seq,
-            Err(e) => {
-                failed = Some(e);
-                return Ok(());
+        let (tree, _) = load_tree(s, config)?;
+        let path_of = |b: &TrackBundle| tree.path(tree::file_ino(b.track.id)).unwrap_or_default();
+        match output {
+            Output::Json => {
+                let mut json = serde_json::Serializer::pretty(&mut out);
+                let mut seq = match json.serialize_seq(None) {
+                    Ok(seq) => seq,
+                    Err(e) => {
+                        failed = Some(e.into());
+                        return Ok(());
+                    }
+                };
+                s.for_each_track(|b| {
+                    if failed.is_none() && keep(&b) {
+                        printed += 1;
+                        failed = seq.serialize_element(&track_json(&tree, b)).err().map(Into::into);
+                    }
+                })?;
+                if failed.is_none() {
+                    failed = seq.end().err().map(Into::into);
+                }
+                if failed.is_none() {
+                    failed = writeln!(out).err();
+                }
             }
-        };
-        s.for_each_track(|b| {
-            if failed.is_none() {
-                failed = seq.serialize_element(&track_json(&tree, b)).err();
-            }
-        })?;
-        if failed.is_none() {
-            failed = seq.end().err();
+            Output::Paths => s.for_each_track(|b| {
+                if failed.is_none() && keep(&b) {
+                    printed += 1;
+                    failed = writeln!(out, "{}", path_of(&b)).err();
+                }
+            })?,
         }
         Ok(())
     })?;
     if let Some(e) = failed {
         return Err(e.into());
     }
-    let mut out = json.into_inner();
-    writeln!(out)?;
     out.flush()?;
-    Ok(())
+    Ok(printed)
 }
 
 fn track_json(tree: &tree::Tree, b: TrackBundle) -> TrackJson {

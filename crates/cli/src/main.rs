@@ -5,6 +5,7 @@ mod edit;
 mod export;
 mod import;
 mod mount;
+mod query;
 mod scan;
 mod serve;
 
@@ -142,6 +143,7 @@ fn main() -> ExitCode {
         Command::Mount(a) => mount::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Export(a) => export::run(a),
+        Command::Query(a) => query::run(a),
         Command::Tag(a) => edit::tag(a),
         Command::Art(a) => edit::art(a),
         Command::Import(a) => import::run(a),
