@@ -95,7 +95,7 @@ clean:
 # A failing input lands in fuzz/artifacts/<target>/; once fixed, copy it to
 # fuzz/regressions/<target>/, where `make test` runs it again.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := flac mp3 mp4 ogg wav template import serve http webdav
+FUZZ_TARGETS := flac mp3 mp4 ogg wav template import serve http webdav query
 fuzz:
 	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked

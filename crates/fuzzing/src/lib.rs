@@ -26,6 +26,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("serve", serve),
     ("http", http_request),
     ("webdav", webdav_request),
+    ("query", query),
 ];
 
 /// A WebDAV request against a small view: the first line is its method
@@ -172,6 +173,35 @@ pub fn wav(data: &[u8]) {
 pub fn template(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = Template::parse(text);
+    }
+}
+
+/// A query (docs/query.md): parsed, or refused with a position inside
+/// it; a parsed one tested against a track with multi-valued tags.
+pub fn query(data: &[u8]) {
+    use retagfs_core::query::{Query, QueryTrack};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match Query::parse(text, 1_790_000_000) {
+        Ok(query) => {
+            let tags: Vec<(String, String)> = [
+                ("artist", "Beyoncé"),
+                ("genre", "Jazz"),
+                ("genre", "Soul"),
+                ("date", "1959"),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+            query.matches(&QueryTrack {
+                tags: &tags,
+                added: 1_700_000_000,
+                format: "flac",
+                backing_path: "/m/a.flac",
+            });
+        }
+        Err(e) => assert!(e.at <= text.chars().count(), "{e} for {text:?}"),
     }
 }
 
