@@ -89,3 +89,34 @@ def test_a_malformed_query_is_a_usage_error_pointing_at_the_character(tagged, te
     assert p.returncode == 2, p.stderr
     assert "at character %d" % (at + 1) in p.stderr, p.stderr
     assert "\n  " + " " * at + "^" in p.stderr, p.stderr
+
+
+def test_edits_by_query_reach_every_match_in_one_go_and_a_dry_run_writes_nothing(tagged, library):
+    before = export(tagged)
+    jazz = sorted(t["id"] for t in before.values() if contains("genre", "jazz")(t))
+    assert len(jazz) >= 2
+    dry = run("tag", "--db", str(tagged), "set", "--query", "genre:jazz", "mood=Blue", "comment=bulk", "--dry-run")
+    n = len(jazz)
+    assert "would change the tags of %d of %d track(s)" % (n, n) in dry.stderr, dry.stderr
+    assert dry.stdout.count('mood: [] -> ["Blue"]') == n, dry.stdout
+    assert export(tagged) == before
+
+    run("tag", "--db", str(tagged), "set", "--query", "genre:jazz", "mood=Blue", "comment=bulk")
+    after = export(tagged)
+    for path, t in after.items():
+        assert (t["tags"].get("mood") == ["Blue"]) == (t["id"] in jazz), path
+    run("tag", "--db", str(tagged), "rm", "--query", "mood:blue", "comment")
+    assert not any("comment" in t["tags"] and t["tags"]["comment"] == ["bulk"] for t in export(tagged).values())
+
+    cover = library / "cover.png"
+    run("art", "--db", str(tagged), "set", "--query", "mood:=Blue", str(cover))
+    pictured = {t["id"] for t in export(tagged).values() if any(a["picture_type"] == 3 for a in t["art"])}
+    assert set(jazz) <= pictured
+    dry = run("art", "--db", str(tagged), "rm", "--query", "mood:=Blue", "--all", "--dry-run")
+    assert "would remove" in dry.stderr and "of %d track(s)" % n in dry.stderr, dry.stderr
+    assert {t["id"] for t in export(tagged).values() if t["art"]} >= set(jazz)
+
+    nothing = run("tag", "--db", str(tagged), "set", "--query", "genre:polka", "mood=x", check=False)
+    assert nothing.returncode == 1 and "no track matches" in nothing.stderr
+    bad = run("tag", "--db", str(tagged), "set", "--query", "year:..", "mood=x", check=False)
+    assert bad.returncode == 2 and "^" in bad.stderr

@@ -315,6 +315,15 @@ pub struct TagArgs {
     /// track under it.
     #[arg(short, long, global = true)]
     pub recursive: bool,
+    /// Edit every track that matches this query (docs/query.md) instead of
+    /// one TRACK: every positional argument is then a KEY=VALUE (or, for
+    /// `art set`, the image).
+    #[arg(long, global = true, value_name = "QUERY", conflicts_with = "recursive")]
+    pub query: Option<String>,
+    /// Show what the edit would change, and in how many tracks, and change
+    /// nothing.
+    #[arg(long, global = true)]
+    pub dry_run: bool,
     #[command(subcommand)]
     pub action: TagAction,
 }
@@ -337,7 +346,7 @@ pub enum TagAction {
         #[arg(value_parser = track_reference())]
         track: String,
         /// KEY=VALUE pairs.
-        #[arg(required = true)]
+        #[arg(required_unless_present = "query")]
         pairs: Vec<String>,
     },
     /// Append values: `genre=Jazz`.
@@ -347,7 +356,7 @@ pub enum TagAction {
         #[arg(value_parser = track_reference())]
         track: String,
         /// KEY=VALUE pairs.
-        #[arg(required = true)]
+        #[arg(required_unless_present = "query")]
         pairs: Vec<String>,
     },
     /// Remove keys (`comment`) or single values (`genre=Jazz`).
@@ -357,7 +366,7 @@ pub enum TagAction {
         #[arg(value_parser = track_reference())]
         track: String,
         /// Keys (`comment`) or single values (`genre=Jazz`).
-        #[arg(required = true)]
+        #[arg(required_unless_present = "query")]
         keys: Vec<String>,
     },
 }
@@ -372,6 +381,15 @@ pub struct ArtArgs {
     /// track under it.
     #[arg(short, long, global = true)]
     pub recursive: bool,
+    /// Edit every track that matches this query (docs/query.md) instead of
+    /// one TRACK: every positional argument is then a KEY=VALUE (or, for
+    /// `art set`, the image).
+    #[arg(long, global = true, value_name = "QUERY", conflicts_with = "recursive")]
+    pub query: Option<String>,
+    /// Show what the edit would change, and in how many tracks, and change
+    /// nothing.
+    #[arg(long, global = true)]
+    pub dry_run: bool,
     #[command(subcommand)]
     pub action: ArtAction,
 }
@@ -385,7 +403,8 @@ pub enum ArtAction {
         #[arg(value_parser = track_reference())]
         track: String,
         /// The image file: JPEG, PNG, GIF, BMP or WebP.
-        image: PathBuf,
+        #[arg(required_unless_present = "query")]
+        image: Option<PathBuf>,
         /// Picture type: front, back, leaflet, media, artist, other, or 0-20.
         #[arg(long = "type", default_value = "front")]
         picture_type: String,
@@ -394,8 +413,8 @@ pub enum ArtAction {
     Rm {
         /// The track: its id (as `export` prints it), its file in the library, or
         /// its file in a mounted view (with -r, a folder of either).
-        #[arg(value_parser = track_reference())]
-        track: String,
+        #[arg(value_parser = track_reference(), required_unless_present = "query")]
+        track: Option<String>,
         /// Picture type to remove: front, back, leaflet, media, artist, other, or 0-20.
         #[arg(long = "type", default_value = "front", conflicts_with = "all")]
         picture_type: String,

@@ -186,31 +186,24 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// Applies `KEY=VALUE` pairs to tracks with `set_tag` or `add_tag`, in
-/// one transaction.
+/// Applies `KEY=VALUE` pairs to tracks with `set_tag` or `add_tag`.
 fn edit_pairs(
-    db: &mut store::Store,
+    tx: &store::Transaction<'_>,
     ids: &[i64],
     raw: &[String],
     apply: fn(&store::Transaction<'_>, i64, &str, &[String]) -> store::Result<()>,
 ) -> anyhow::Result<()> {
     let edits = pairs(raw)?;
-    let tx = db.write()?;
-    let mut edited = store::EditedTracks::new();
     for &id in ids {
-        edited.note(&tx, id)?;
         for (k, values) in &edits {
-            apply(&tx, id, k, values)?;
+            apply(tx, id, k, values)?;
         }
     }
-    edited.settle(&tx)?;
-    tx.commit()?;
     Ok(())
 }
 
-/// Removes keys (`comment`) or single values (`genre=Jazz`) from tracks,
-/// in one transaction.
-fn remove_values(db: &mut store::Store, ids: &[i64], raw: &[String]) -> anyhow::Result<()> {
+/// Removes keys (`comment`) or single values (`genre=Jazz`) from tracks.
+fn remove_values(tx: &store::Transaction<'_>, ids: &[i64], raw: &[String]) -> anyhow::Result<()> {
     let removals = raw
         .iter()
         .map(|item| match item.split_once('=') {
@@ -218,11 +211,8 @@ fn remove_values(db: &mut store::Store, ids: &[i64], raw: &[String]) -> anyhow::
             None => Ok((key(item)?, None)),
         })
         .collect::<Result<Vec<_>, UsageError>>()?;
-    let current = ids.iter().map(|&id| db.tags(id)).collect::<Result<Vec<_>, _>>()?;
-    let tx = db.write()?;
-    let mut edited = store::EditedTracks::new();
-    for (&id, current) in ids.iter().zip(&current) {
-        edited.note(&tx, id)?;
+    for &id in ids {
+        let current = store::tags_of(tx, id)?;
         for (k, only) in &removals {
             let keep: Vec<String> = match only {
                 Some(v) => current
@@ -232,8 +222,47 @@ fn remove_values(db: &mut store::Store, ids: &[i64], raw: &[String]) -> anyhow::
                     .collect(),
                 None => Vec::new(),
             };
-            store::set_tag(&tx, id, k, &keep)?;
+            store::set_tag(tx, id, k, &keep)?;
         }
+    }
+    Ok(())
+}
+
+/// What an edit changes, for a dry run to show.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Edits {
+    Tags,
+    Pictures,
+}
+
+/// Runs `edit` on `ids` in one transaction, dated as edits are
+/// ([`store::EditedTracks`]); with `dry_run`, rolls it back (after
+/// printing what it changed in the tags of each track, for tag edits).
+fn in_one_transaction(
+    db: &mut store::Store,
+    ids: &[i64],
+    dry_run: bool,
+    edits: Edits,
+    edit: impl FnOnce(&store::Transaction<'_>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let tx = db.write()?;
+    let before = if dry_run && edits == Edits::Tags {
+        ids.iter()
+            .map(|&id| store::tags_of(&tx, id))
+            .collect::<Result<Vec<_>, _>>()?
+    } else {
+        Vec::new()
+    };
+    let mut edited = store::EditedTracks::new();
+    for &id in ids {
+        edited.note(&tx, id)?;
+    }
+    edit(&tx)?;
+    if dry_run {
+        if edits == Edits::Tags {
+            crate::dry_run::print_tag_changes(&tx, ids, &before)?;
+        }
+        return Ok(()); // dropped: rolled back
     }
     edited.settle(&tx)?;
     tx.commit()?;
@@ -252,13 +281,29 @@ pub fn tag(a: TagArgs) -> anyhow::Result<()> {
     | TagAction::Set { track, .. }
     | TagAction::Add { track, .. }
     | TagAction::Rm { track, .. }) = &a.action;
-    if matches!(a.action, TagAction::Get { .. }) && Path::new(track).is_dir() {
-        return Err(UsageError(format!("{track} is a folder: `get` prints the tags of one track")).into());
+    if matches!(a.action, TagAction::Get { .. }) {
+        if a.query.is_some() {
+            return Err(UsageError(
+                "`get` prints the tags of one track: use `retagfs query --json` for many".into(),
+            )
+            .into());
+        }
+        if Path::new(track).is_dir() {
+            return Err(
+                UsageError(format!("{track} is a folder: `get` prints the tags of one track")).into(),
+            );
+        }
     }
-    let (mut db, tracks) = locate(a.db.as_deref(), track, a.recursive)?;
-    let ids: Vec<i64> = tracks.iter().map(|t| t.id).collect();
+    let (mut db, ids) = targets(a.db.as_deref(), Some(track), a.recursive, a.query.as_deref())?;
+    // With --query, the TRACK position holds the first pair.
+    let with_first = |rest: Vec<String>| -> Vec<String> {
+        match &a.query {
+            Some(_) => std::iter::once(track.clone()).chain(rest).collect(),
+            None => rest,
+        }
+    };
     match a.action {
-        TagAction::Get { keys: wanted, .. } => {
+        TagAction::Get { keys: ref wanted, .. } => {
             let wanted: Vec<String> = wanted.iter().map(|k| key(k)).collect::<Result<_, _>>()?;
             for (k, v) in db.tags(ids[0])? {
                 if wanted.is_empty() || wanted.contains(&k) {
@@ -267,24 +312,79 @@ pub fn tag(a: TagArgs) -> anyhow::Result<()> {
             }
             return Ok(());
         }
-        TagAction::Set { pairs: raw, .. } => edit_pairs(&mut db, &ids, &raw, store::set_tag)?,
-        TagAction::Add { pairs: raw, .. } => edit_pairs(&mut db, &ids, &raw, store::add_tag)?,
-        TagAction::Rm { keys: raw, .. } => remove_values(&mut db, &ids, &raw)?,
+        TagAction::Set { ref pairs, .. } => {
+            let raw = with_first(pairs.clone());
+            in_one_transaction(&mut db, &ids, a.dry_run, Edits::Tags, |tx| {
+                edit_pairs(tx, &ids, &raw, store::set_tag)
+            })?
+        }
+        TagAction::Add { ref pairs, .. } => {
+            let raw = with_first(pairs.clone());
+            in_one_transaction(&mut db, &ids, a.dry_run, Edits::Tags, |tx| {
+                edit_pairs(tx, &ids, &raw, store::add_tag)
+            })?
+        }
+        TagAction::Rm { ref keys, .. } => {
+            let raw = with_first(keys.clone());
+            in_one_transaction(&mut db, &ids, a.dry_run, Edits::Tags, |tx| {
+                remove_values(tx, &ids, &raw)
+            })?
+        }
     }
-    report(a.recursive, "edited", ids.len());
+    if !a.dry_run {
+        report(a.recursive || a.query.is_some(), "edited", ids.len());
+    }
     Ok(())
 }
 
+/// The store and the tracks an edit is for: those matching `query`, or
+/// those `reference` names ([`locate`]).
+fn targets(
+    db: Option<&Path>,
+    reference: Option<&String>,
+    recursive: bool,
+    query: Option<&str>,
+) -> anyhow::Result<(store::Store, Vec<i64>)> {
+    let Some(text) = query else {
+        let reference = reference.expect("clap asks for TRACK without --query");
+        let (db, tracks) = locate(db, reference, recursive)?;
+        return Ok((db, tracks.iter().map(|t| t.id).collect()));
+    };
+    let query = crate::query::parse(text)?;
+    let db = db.ok_or_else(|| UsageError("--query needs the store: give it with --db".into()))?;
+    let store = crate::open_existing(db)?;
+    let ids = crate::query::matching_ids(&store, &query)?;
+    if ids.is_empty() {
+        bail!("no track matches {text:?}: nothing to edit");
+    }
+    Ok((store, ids))
+}
+
 pub fn art(a: ArtArgs) -> anyhow::Result<()> {
-    let (ArtAction::Set { track, .. } | ArtAction::Rm { track, .. }) = &a.action;
-    let (mut db, tracks) = locate(a.db.as_deref(), track, a.recursive)?;
-    match a.action {
+    let (ArtAction::Set { track, .. }
+    | ArtAction::Rm {
+        track: Some(track), ..
+    }) = &a.action
+    else {
+        let (mut db, ids) = targets(a.db.as_deref(), None, a.recursive, a.query.as_deref())?;
+        return remove_art(&mut db, &ids, &a.action, a.dry_run);
+    };
+    let reference = a.query.is_none().then_some(track);
+    let (mut db, ids) = targets(a.db.as_deref(), reference, a.recursive, a.query.as_deref())?;
+    let reached = a.recursive || a.query.is_some();
+    match &a.action {
         ArtAction::Set {
             image,
             picture_type: t,
             ..
         } => {
-            let t = picture_type(&t)?;
+            // With --query, the TRACK position holds the image.
+            let image = match (&a.query, image) {
+                (Some(_), _) => Path::new(track).to_path_buf(),
+                (None, Some(image)) => image.clone(),
+                (None, None) => return Err(UsageError("give the image file after TRACK".into()).into()),
+            };
+            let t = picture_type(t)?;
             let data = std::fs::read(&image).with_context(|| format!("reading {}", image.display()))?;
             let art = sniffed_art(data).map_err(|_| {
                 UsageError(format!(
@@ -292,33 +392,49 @@ pub fn art(a: ArtArgs) -> anyhow::Result<()> {
                     image.display()
                 ))
             })?;
-            let tx = db.write()?;
-            let sha = store::insert_art(&tx, &art)?;
-            let mut edited = store::EditedTracks::new();
-            for track in &tracks {
-                edited.note(&tx, track.id)?;
-                store::link_art(&tx, track.id, &sha, t)?;
+            let mut sha = String::new();
+            in_one_transaction(&mut db, &ids, a.dry_run, Edits::Pictures, |tx| {
+                sha = store::insert_art(tx, &art)?;
+                for &id in &ids {
+                    store::link_art(tx, id, &sha, t)?;
+                }
+                Ok(())
+            })?;
+            if a.dry_run {
+                eprintln!(
+                    "dry run: would set the picture of {} track(s); nothing was written",
+                    ids.len()
+                );
+            } else {
+                println!("{sha}");
+                report(reached, "set the picture of", ids.len());
             }
-            edited.settle(&tx)?;
-            tx.commit()?;
-            println!("{sha}");
-            report(a.recursive, "set the picture of", tracks.len());
+            Ok(())
         }
-        ArtAction::Rm {
-            picture_type: t, all, ..
-        } => {
-            let t = if all { None } else { Some(picture_type(&t)?) };
-            let tx = db.write()?;
-            let mut removed = 0;
-            let mut edited = store::EditedTracks::new();
-            for track in &tracks {
-                edited.note(&tx, track.id)?;
-                removed += store::remove_art(&tx, track.id, t)?;
-            }
-            edited.settle(&tx)?;
-            tx.commit()?;
-            eprintln!("removed {removed} picture(s)");
-        }
+        ArtAction::Rm { .. } => remove_art(&mut db, &ids, &a.action, a.dry_run),
     }
+}
+
+fn remove_art(db: &mut store::Store, ids: &[i64], action: &ArtAction, dry_run: bool) -> anyhow::Result<()> {
+    let ArtAction::Rm {
+        picture_type: t, all, ..
+    } = action
+    else {
+        unreachable!("only `art rm` removes pictures");
+    };
+    let t = if *all { None } else { Some(picture_type(t)?) };
+    let mut removed = 0;
+    in_one_transaction(db, ids, dry_run, Edits::Pictures, |tx| {
+        for &id in ids {
+            removed += store::remove_art(tx, id, t)?;
+        }
+        Ok(())
+    })?;
+    let would = if dry_run {
+        "dry run: would remove"
+    } else {
+        "removed"
+    };
+    eprintln!("{would} {removed} picture(s) of {} track(s)", ids.len());
     Ok(())
 }

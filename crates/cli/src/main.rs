@@ -1,6 +1,7 @@
 //! The `retagfs` command line.
 
 mod args;
+mod dry_run;
 mod edit;
 mod export;
 mod import;

@@ -35,7 +35,7 @@ pub use model::{
 pub use open::{Store, SCHEMA_VERSION};
 pub use path_table::{KnownStamps, PathTable};
 pub use path_text::{bytes_to_text, path_to_text, text_for_display, text_to_path};
-pub use read::PathMap;
+pub use read::{tags_of, PathMap};
 pub use remote_objects::{set_remote_version, RemoteTrack};
 pub use rusqlite::Transaction;
 pub use scan_lock::{beside, ScanLock};

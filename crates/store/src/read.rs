@@ -463,11 +463,7 @@ impl Store {
 
     /// Tags of one track: (key, value) ordered by key, then position.
     pub fn tags(&self, track_id: i64) -> Result<Vec<(String, String)>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT key, value FROM tags WHERE track_id = +?1 ORDER BY key, position")?;
-        let rows = stmt.query_map([track_id], |r| Ok((text(r, 0, track_id)?, text(r, 1, track_id)?)))?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        tags_of(&self.conn, track_id)
     }
 
     /// Pictures of one track, in order, without their bytes. A link whose
@@ -814,6 +810,15 @@ fn art_link_from_row(r: &rusqlite::Row<'_>, base: usize) -> rusqlite::Result<Art
         picture_type: r.get(base + 7)?,
         description: text(r, base + 8, track_id)?,
     })
+}
+
+/// A track's tags as `conn` sees them (inside a transaction: with its
+/// uncommitted edits), ordered by key, then position.
+pub fn tags_of(conn: &Connection, track_id: i64) -> Result<Vec<(String, String)>> {
+    let mut stmt =
+        conn.prepare_cached("SELECT key, value FROM tags WHERE track_id = +?1 ORDER BY key, position")?;
+    let rows = stmt.query_map([track_id], |r| Ok((text(r, 0, track_id)?, text(r, 1, track_id)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 #[cfg(test)]
