@@ -69,6 +69,15 @@ a b , c d          (a and b) or (c and d)")]
     Tag(TagArgs),
     /// Set or remove a track's pictures in the store.
     Art(ArtArgs),
+    /// Revert the last edit made through retagfs (`tag`, `art`, `import`,
+    /// edits by query, and `undo` itself), or list the recent ones.
+    #[command(
+        after_help = "The store keeps the tags and pictures of every track an edit changed, for \
+the last 50 edits. `retagfs undo` puts back those of the last one, in one transaction, as an edit of \
+its own: a second `retagfs undo` redoes it. Changes made by other tools (raw SQL) or by re-scans of \
+changed files are listed by --list but cannot be undone."
+    )]
+    Undo(UndoArgs),
     /// Apply bulk tag edits from JSON in the shape `export` prints, in one
     /// transaction: tracks matched by `id` or `backing_path`; each key of
     /// `tags` replaces that key's values (a string, a list, or null to remove).
@@ -84,6 +93,7 @@ impl Command {
             Command::Serve(a) => Some(&a.db),
             Command::Export(a) => Some(&a.db),
             Command::Query(a) => Some(&a.db),
+            Command::Undo(a) => Some(&a.db),
             Command::Tag(a) => a.db.as_deref(),
             Command::Art(a) => a.db.as_deref(),
             Command::Import(a) => Some(&a.db),
@@ -276,6 +286,19 @@ pub struct MountArgs {
     /// 4 (UTF-8, the default) or 3 (UTF-16, for players that cannot read v2.4).
     #[arg(long, value_name = "3|4", default_value_t = 4, value_parser = clap::value_parser!(u8).range(3..=4))]
     pub id3v2_version: u8,
+}
+
+#[derive(Args)]
+pub struct UndoArgs {
+    /// The store whose last edit to revert.
+    #[arg(long)]
+    pub db: PathBuf,
+    /// List the edits that can be undone, newest first, and change nothing.
+    #[arg(long)]
+    pub list: bool,
+    /// With --list, print JSON.
+    #[arg(long, requires = "list")]
+    pub json: bool,
 }
 
 #[derive(Args)]

@@ -10,6 +10,7 @@ use retagfs_fuse::mounted::{self, MountedView};
 use retagfs_store::{self as store, TrackRow};
 
 use crate::args::{ArtAction, ArtArgs, TagAction, TagArgs};
+use crate::edit_transaction::EditTransaction;
 use crate::UsageError;
 
 /// Picture type names (ID3/FLAC numbering).
@@ -235,8 +236,8 @@ enum Edits {
     Pictures,
 }
 
-/// Runs `edit` on `ids` in one transaction, dated as edits are
-/// ([`store::EditedTracks`]); with `dry_run`, rolls it back (after
+/// Runs `edit` on `ids` in one transaction, dated and journaled
+/// ([`EditTransaction`]); with `dry_run`, rolls it back (after
 /// printing what it changed in the tags of each track, for tag edits).
 fn in_one_transaction(
     db: &mut store::Store,
@@ -253,7 +254,7 @@ fn in_one_transaction(
     } else {
         Vec::new()
     };
-    let mut edited = store::EditedTracks::new();
+    let mut edited = EditTransaction::begin(&tx)?;
     for &id in ids {
         edited.note(&tx, id)?;
     }
@@ -264,7 +265,7 @@ fn in_one_transaction(
         }
         return Ok(()); // dropped: rolled back
     }
-    edited.settle(&tx)?;
+    edited.finish(&tx)?;
     tx.commit()?;
     Ok(())
 }

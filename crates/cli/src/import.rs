@@ -42,12 +42,12 @@ pub fn run(a: ImportArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let tx = db.write()?;
-    let mut edited = store::EditedTracks::new();
+    let mut edited = crate::edit_transaction::EditTransaction::begin(&tx)?;
     for c in &changes {
         edited.note(&tx, c.track.id)?;
         store::set_tag(&tx, c.track.id, &c.key, &c.new)?;
     }
-    edited.settle(&tx)?;
+    edited.finish(&tx)?;
     tx.commit().context("committing the import")?;
     eprintln!("import: {} change(s) on {} track(s)", changes.len(), tracks.len());
     Ok(())

@@ -3,12 +3,14 @@
 mod args;
 mod dry_run;
 mod edit;
+mod edit_transaction;
 mod export;
 mod import;
 mod mount;
 mod query;
 mod scan;
 mod serve;
+mod undo;
 
 use std::io::IsTerminal;
 use std::path::Path;
@@ -145,6 +147,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => serve::run(a),
         Command::Export(a) => export::run(a),
         Command::Query(a) => query::run(a),
+        Command::Undo(a) => undo::run(a),
         Command::Tag(a) => edit::tag(a),
         Command::Art(a) => edit::art(a),
         Command::Import(a) => import::run(a),

@@ -33,10 +33,12 @@ pub(crate) fn art_exists(tx: &Transaction<'_>, sha: &str) -> Result<bool> {
         .exists([sha])?)
 }
 
-/// Deletes art rows that no track links to.
+/// Deletes art rows that no track links to and the edit journal does not
+/// hold (an undo may link them again).
 pub fn delete_orphan_art(tx: &Transaction<'_>) -> Result<usize> {
     Ok(tx.execute(
-        "DELETE FROM art WHERE NOT EXISTS (SELECT 1 FROM track_art l WHERE l.art_sha256 = art.sha256)",
+        "DELETE FROM art WHERE NOT EXISTS (SELECT 1 FROM track_art l WHERE l.art_sha256 = art.sha256) \
+         AND NOT EXISTS (SELECT 1 FROM edit_art e WHERE e.art_sha256 = art.sha256)",
         [],
     )?)
 }

@@ -33,6 +33,8 @@ pub enum StoreError {
          tracks cannot be numbered: give that track a smaller id"
     )]
     IdsUsedUp,
+    #[error("cannot undo: {0}; nothing was changed")]
+    Undo(String),
     /// SQLite's own error, said once: rusqlite's source (the code's text)
     /// repeats it in an error's chain.
     #[error("{0}")]

@@ -10,6 +10,7 @@
 mod art_rows;
 mod change_times;
 mod edit;
+mod edit_journal;
 mod error;
 mod explain_error;
 mod model;
@@ -26,6 +27,7 @@ mod sqlite_config;
 pub use art_rows::{delete_orphan_art, insert_art};
 pub use change_times::EditedTracks;
 pub use edit::{add_tag, link_art, remove_art, set_art, set_tag};
+pub use edit_journal::{undo_last_edit, EditJournal, LoggedEdit, EDITS_KEPT};
 pub use error::{Result, StoreError};
 pub use explain_error::explain_store_error;
 pub use model::{

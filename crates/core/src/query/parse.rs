@@ -256,29 +256,30 @@ fn moment(text: &str, now_secs: i64) -> Option<(i64, i64)> {
         [y, m, d] => (number(y, 4)?, Some(number(m, 2)?), Some(number(d, 2)?)),
         _ => return None,
     };
-    if month.is_some_and(|m| !(1..=12).contains(&m)) || day.is_some_and(|d| !(1..=31).contains(&d)) {
-        return None;
-    }
-    let start = days_from_civil(year, month.unwrap_or(1), day.unwrap_or(1)) * 86_400;
+    let start = utc_second(year, month.unwrap_or(1), day.unwrap_or(1))?;
     let end = match (month, day) {
         (_, Some(_)) => start + 86_400,
-        (Some(12), None) => days_from_civil(year + 1, 1, 1) * 86_400,
-        (Some(m), None) => days_from_civil(year, m + 1, 1) * 86_400,
-        (None, _) => days_from_civil(year + 1, 1, 1) * 86_400,
+        (Some(12), None) => utc_second(year + 1, 1, 1)?,
+        (Some(m), None) => utc_second(year, m + 1, 1)?,
+        (None, _) => utc_second(year + 1, 1, 1)?,
     };
     Some((start, end - 1))
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (the civil-from-days
-/// inverse of Howard Hinnant's algorithms).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+/// The first second of a day, in UTC; None for a day that does not exist.
+fn utc_second(year: i64, month: i64, day: i64) -> Option<i64> {
+    let date = jiff::civil::Date::new(
+        year.try_into().ok()?,
+        month.try_into().ok()?,
+        day.try_into().ok()?,
+    )
+    .ok()?;
+    Some(
+        date.to_zoned(jiff::tz::TimeZone::UTC)
+            .ok()?
+            .timestamp()
+            .as_second(),
+    )
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ pub fn track(path: &str) -> ScannedTrack {
 /// A new store at `path` made by the schema scripts up to `version`, as
 /// that version of retagfs made it.
 pub fn store_of_version(path: &std::path::Path, version: usize) -> rusqlite::Connection {
-    const SCRIPTS: [&str; 11] = [
+    const SCRIPTS: [&str; 12] = [
         include_str!("../../src/migrations/001_first_schema.sql"),
         include_str!("../../src/migrations/002_synthesis_structure.sql"),
         include_str!("../../src/migrations/003_scanned_folders.sql"),
@@ -44,6 +44,7 @@ pub fn store_of_version(path: &std::path::Path, version: usize) -> rusqlite::Con
         include_str!("../../src/migrations/009_change_times_and_vendor.sql"),
         include_str!("../../src/migrations/010_remote_objects.sql"),
         include_str!("../../src/migrations/011_added_at.sql"),
+        include_str!("../../src/migrations/012_edit_journal.sql"),
     ];
     let conn = rusqlite::Connection::open(path).unwrap();
     for script in &SCRIPTS[..version] {
