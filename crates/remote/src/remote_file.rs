@@ -164,16 +164,16 @@ impl Inner {
                 let _ = me.fetch(ahead);
             });
         }
-        self.fetch(claimed)?;
-        self.blocks
-            .lock()
-            .get(block)
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::EIO))
+        // Taken from what this GET fetched: the memory may have dropped it
+        // already for blocks fetched ahead meanwhile.
+        let first = claimed.start;
+        let fetched = self.fetch(claimed)?;
+        Ok(fetched[(block - first) as usize].clone())
     }
 
     /// Fetches blocks `run` (claimed as pending) in one GET, keeps them,
-    /// and wakes whoever waits for them.
-    fn fetch(&self, run: std::ops::Range<u64>) -> io::Result<()> {
+    /// wakes whoever waits for them, and returns them.
+    fn fetch(&self, run: std::ops::Range<u64>) -> io::Result<Vec<Arc<Vec<u8>>>> {
         let start = run.start * BLOCK;
         let end = (run.end * BLOCK).min(self.version.size);
         let fetched = self.remote.fetch(&self.url, &self.version, start..end);
@@ -182,6 +182,7 @@ impl Inner {
             blocks.pending.remove(&b);
         }
         let outcome = fetched.map(|bytes| {
+            let mut kept = Vec::with_capacity((run.end - run.start) as usize);
             for b in run {
                 let from = ((b - run_start(start)) * BLOCK) as usize;
                 let len = block_len(&self.version, b) as usize;
@@ -189,8 +190,10 @@ impl Inner {
                 if let Some(cache) = self.remote.cache() {
                     cache.put(&self.url, &self.version, b, &block);
                 }
-                blocks.keep(b, block);
+                blocks.keep(b, block.clone());
+                kept.push(block);
             }
+            kept
         });
         self.arrived.notify_all();
         outcome
