@@ -24,6 +24,13 @@ directly on the backing files in the same run, as a ratio:
             mount read directly, nginx over the mount and nginx over the
             backing files; whole-file reads of 200 tracks the same ways;
             a Markdown table per protocol (see bench_http.py)
+  remote    a library in an S3 bucket (versitygw), 20 ms added to every
+            request: retagfs scanning and mounting the bucket against
+            `rclone mount` with retagfs over it (first scans and re-scans,
+            an indexer's pass, cold 2-minute streams, also against one
+            128 KiB GET at a time), and streams from its disk cache
+            against a local folder; a Markdown table (see bench_remote.py;
+            not in the default set: needs versitygw and rclone, ~15 min)
 
 The daemon's RSS is printed after each phase (mount, walk, stat, open, reads,
 concurrent readers, refresh), per track where the mount serves a library.
@@ -55,6 +62,7 @@ import mutagen
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_http  # noqa: E402
 import bench_refresh  # noqa: E402
+import bench_remote  # noqa: E402
 
 URING_PARAM = "/sys/module/fuse/parameters/enable_uring"
 
@@ -870,6 +878,8 @@ def main():
                 note=f"max {r['visible_max_ms']:.2f} ms over 20")
             row("refresh", f"daemon refresh, 1 track, {a.scale} tracks", r["refresh_1_ms"] / 1000)
             rss_row("refresh", f"daemon RSS after the refreshes ({a.scale} tracks)", [r["rss_mib"]], a.scale)
+    if "remote" in only:
+        bench_remote.bench(sys.modules[__name__], work, a.tracks, a.runs)
     if not a.work:
         shutil.rmtree(work, ignore_errors=True)
 
