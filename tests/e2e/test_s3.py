@@ -423,3 +423,22 @@ def test_credentials_come_from_a_profile_and_wrong_ones_say_so_without_the_secre
     assert p.returncode != 0, p.stderr
     assert "could not be listed" in p.stderr and "SignatureDoesNotMatch" in p.stderr, p.stderr
     assert "a-wrong-secret" not in p.stderr
+
+
+def test_a_root_of_many_folders_is_listed_whole_in_a_few_requests(tmp_path, s3, gateway):
+    root, proxy = s3
+    many = tmp_path / "many"
+    fixture = os.path.join(os.path.dirname(__file__), "..", "fixtures", "untagged.flac")
+    for i in range(40):
+        (many / ("Artist %02d" % i)).mkdir(parents=True)
+        shutil.copy(fixture, many / ("Artist %02d" % i) / "01.flac")
+    prefix = root[len("s3://"):] + "-many"
+    rclone(gateway, "copy", str(many), "gw:" + prefix)
+    db = tmp_path / "many.db"
+    proxy.reset_counts()
+    assert '"added":40' in run("scan", "s3://" + prefix, "--db", str(db), "--json").stdout.replace(" ", "")
+    assert proxy.counts["LIST"] <= 3, proxy.counts
+    proxy.reset_counts()
+    rescan = run("scan", "s3://" + prefix, "--db", str(db), "--json").stdout.replace(" ", "")
+    assert '"unchanged":40' in rescan
+    assert proxy.counts["LIST"] <= 3 and proxy.counts["GET"] == 0, proxy.counts

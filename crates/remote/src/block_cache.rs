@@ -96,9 +96,13 @@ impl BlockCache {
     pub fn get(&self, url: &ObjectUrl, version: &ObjectVersion, block: u64) -> Option<Vec<u8>> {
         let name = block_name(url, version, block);
         let path = self.path_of(&name);
-        let bytes = fs::read(&path).ok();
+        let bytes = read_and_touch(&path);
+        // A read needs no account of the whole folder (walking it costs a
+        // stat per block): only a write, which may have to evict, loads it.
         let mut index = self.index.lock();
-        let index = self.loaded(&mut index);
+        let Some(index) = index.as_mut() else {
+            return bytes.filter(|b| b.len() as u64 == block_len(version, block));
+        };
         match bytes {
             Some(bytes) if bytes.len() as u64 == block_len(version, block) => {
                 index.touch(&name, bytes.len() as u64);
@@ -182,6 +186,17 @@ impl BlockCache {
             index
         })
     }
+}
+
+/// A block file's bytes; its time is set to now, so that the next
+/// process to load the folder's account sees it as recently used.
+fn read_and_touch(path: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut file = fs::File::open(path).ok()?;
+    let mut bytes = Vec::with_capacity(BLOCK as usize);
+    file.read_to_end(&mut bytes).ok()?;
+    let _ = file.set_modified(SystemTime::now());
+    Some(bytes)
 }
 
 /// Bytes in block `block` of a version: `BLOCK`, less for the last.

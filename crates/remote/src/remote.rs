@@ -47,6 +47,10 @@ impl Default for RemoteSettings {
 
 /// Listings run at once when a root is listed prefix by prefix.
 const LISTINGS_IN_FLIGHT: usize = 8;
+/// The most top-level folders listed each on its own: past it, a root
+/// is one listing (a thousand objects per request beats a request per
+/// folder of ten).
+const FOLDERS_LISTED_APART: usize = 4 * LISTINGS_IN_FLIGHT;
 
 pub struct Remote {
     runtime: tokio::runtime::Runtime,
@@ -276,6 +280,11 @@ async fn list_by_prefix(
             objects.push(object);
         }
     }
+    if folders.len() > FOLDERS_LISTED_APART {
+        // Many small folders (an artist each): one listing of the whole
+        // prefix, a thousand objects a page, takes fewer round trips.
+        return list_whole(&op, &prefix, &bucket, found.as_ref()).await;
+    }
     found(objects.len());
     let mut below = futures_util::stream::iter(folders.into_iter().map(|folder| {
         let op = op.clone();
@@ -297,6 +306,28 @@ async fn list_by_prefix(
         found(more.len());
         objects.extend(more);
     }
+    objects.sort_by(|a, b| a.url.key.cmp(&b.url.key));
+    Ok(objects)
+}
+
+/// Every object under `prefix`, in one paginated listing.
+async fn list_whole(
+    op: &Operator,
+    prefix: &str,
+    bucket: &str,
+    found: &(dyn Fn(usize) + Send + Sync),
+) -> Result<Vec<ListedObject>, opendal::Error> {
+    let mut objects = Vec::new();
+    let mut lister = op.lister_with(prefix).recursive(true).await?;
+    while let Some(entry) = lister.next().await {
+        if let Some(object) = listed(bucket, &entry?) {
+            objects.push(object);
+            if objects.len() % 1000 == 0 {
+                found(1000);
+            }
+        }
+    }
+    found(objects.len() % 1000);
     objects.sort_by(|a, b| a.url.key.cmp(&b.url.key));
     Ok(objects)
 }

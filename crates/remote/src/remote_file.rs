@@ -1,7 +1,7 @@
 //! One version of one object, read like a file: blocks come from memory,
 //! the disk cache or ranged GETs. A reader going forward gets runs of
-//! blocks in one GET, doubling up to [`MAX_RUN`], and the next run fetched
-//! in the background while it reads this one.
+//! [`MAX_RUN`] blocks in one GET, and the next run fetched in the
+//! background while it reads this one.
 
 use std::collections::{HashSet, VecDeque};
 use std::io;
@@ -35,10 +35,9 @@ struct Blocks {
     memory: VecDeque<(u64, Arc<Vec<u8>>)>,
     /// Blocks a GET is fetching now.
     pending: HashSet<u64>,
-    /// The block after the last one read, and the run the last miss
-    /// fetched: a miss there is a reader going forward.
+    /// The block after the last one read: a miss there is a reader going
+    /// forward.
     next: u64,
-    run: u64,
 }
 
 impl Blocks {
@@ -144,15 +143,13 @@ impl Inner {
             blocks.keep(block, bytes.clone());
             return Ok(bytes);
         }
+        // A reader going on from where it stopped reads on: the largest
+        // GETs at once, and the next run in flight meanwhile. Any other
+        // read (a file's start, a seek) gets its block only.
         let forward = block + 1 >= blocks.next && block <= blocks.next + 1 && blocks.next > 0;
-        let run = if forward {
-            (blocks.run * 2).clamp(1, MAX_RUN)
-        } else {
-            1
-        };
-        blocks.run = run;
+        let run = if forward { MAX_RUN } else { 1 };
         let claimed = blocks.claim(block, run, self.blocks_in_object());
-        let ahead = if forward && run >= 4 {
+        let ahead = if forward {
             blocks.claim(claimed.end, run, self.blocks_in_object())
         } else {
             claimed.end..claimed.end
