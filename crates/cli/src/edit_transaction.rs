@@ -37,7 +37,10 @@ impl EditTransaction {
 /// This command as it was typed, for the journal: arguments after the
 /// program's name, quoted where a shell would need it.
 fn command_line() -> String {
-    let quoted = |arg: String| {
+    // An argument that is no UTF-8 (a Latin-1 file name) is kept with
+    // replacement characters: the journal's text is for people.
+    let quoted = |arg: std::ffi::OsString| {
+        let arg = arg.to_string_lossy().into_owned();
         if !arg.is_empty()
             && arg
                 .chars()
@@ -48,5 +51,9 @@ fn command_line() -> String {
             format!("'{}'", arg.replace('\'', r"'\''"))
         }
     };
-    std::env::args().skip(1).map(quoted).collect::<Vec<_>>().join(" ")
+    std::env::args_os()
+        .skip(1)
+        .map(quoted)
+        .collect::<Vec<_>>()
+        .join(" ")
 }

@@ -23,6 +23,10 @@ use crate::{ObjectUrl, ObjectVersion};
 /// first is one block.
 pub const BLOCK: u64 = 128 * 1024;
 
+/// A block file being written for longer than this was left by a process
+/// that stopped.
+const STALE_WRITE: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// `$XDG_CACHE_HOME/retagfs/objects`, else `~/.cache/retagfs/objects`.
 pub fn default_cache_dir() -> PathBuf {
     let base = std::env::var_os("XDG_CACHE_HOME")
@@ -170,8 +174,12 @@ impl BlockCache {
                     let Ok(meta) = entry.metadata() else { continue };
                     let name = entry.file_name().to_string_lossy().into_owned();
                     if name.starts_with('.') {
-                        // A write that never finished.
-                        let _ = fs::remove_file(entry.path());
+                        // A write under way, here or in another process;
+                        // one this old never finished.
+                        let stale = meta.modified().ok().and_then(|t| t.elapsed().ok());
+                        if stale.is_some_and(|age| age > STALE_WRITE) {
+                            let _ = fs::remove_file(entry.path());
+                        }
                         continue;
                     }
                     let when = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
@@ -251,6 +259,23 @@ mod tests {
         // A block of the wrong length is never kept.
         cache.put(&url, &v1, 0, &[1; 10]);
         assert_eq!(cache.get(&url, &v1, 0), None);
+    }
+
+    #[test]
+    fn a_block_another_writer_is_writing_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = BlockCache::open(dir.path(), 1 << 30).unwrap();
+        let url = ObjectUrl::parse("s3://music/a.flac").unwrap();
+        let v = version("\"1\"", BLOCK);
+        // Another process's write under way, in the folder of a block.
+        let name = block_name(&url, &v, 0);
+        let folder = dir.path().join("blocks").join(&name[..2]);
+        fs::create_dir_all(&folder).unwrap();
+        fs::write(folder.join(".999999-0"), b"half").unwrap();
+        // This process's first write reads the folder's account.
+        cache.put(&url, &v, 0, &[1; BLOCK as usize]);
+        assert!(folder.join(".999999-0").exists(), "a write under way was removed");
+        assert!(cache.get(&url, &v, 0).is_some());
     }
 
     #[test]
