@@ -40,7 +40,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -51,6 +50,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.append(os.path.join(ROOT, "tests", "e2e"))
 from s3_proxy import S3Proxy  # noqa: E402
+from bench_http import free_port, wait_listening  # noqa: E402
 
 BIN = os.environ.get("RETAGFS_BIN", os.path.join(ROOT, "target", "release", "retagfs"))
 ACCESS, SECRET, BUCKET, REGION = "retagfs-bench", "retagfs-bench-secret", "music", "us-east-1"
@@ -73,12 +73,6 @@ def versitygw_binary():
     if not os.path.exists(path):
         raise SystemExit("versitygw is not installed: run `make test-deps`")
     return path
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def mounted(mnt):
@@ -165,18 +159,6 @@ class Started:
                 self.proc.wait()
         if self.mnt:
             unmount(self.mnt)
-
-
-def wait_listening(port, proc):
-    deadline = time.time() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if proc.poll() is not None or time.time() > deadline:
-                raise SystemExit(f"nothing listens on port {port}")
-            time.sleep(0.05)
 
 
 def secs(v):
