@@ -721,12 +721,16 @@ impl<'s, T> ByTrack<'s, T> {
     }
 }
 
+/// The ETag of a remote track's object; local tracks (the CASE tests the
+/// path first) cost no lookup of `remote_objects` while a mount loads.
 const TRACK_COLUMNS: &str = "id, backing_path, format, audio_offset, audio_length, \
                              file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at, vendor, \
-                             (SELECT etag FROM remote_objects WHERE track_id = tracks.id), added_at";
+                             CASE WHEN backing_path >= 's3://' AND backing_path < 's3:/0' \
+                             THEN (SELECT etag FROM remote_objects WHERE track_id = tracks.id) END, added_at";
 const TRACK_COLUMNS_V10: &str = "id, backing_path, format, audio_offset, audio_length, \
                              file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at, vendor, \
-                             (SELECT etag FROM remote_objects WHERE track_id = tracks.id), scanned_at";
+                             CASE WHEN backing_path >= 's3://' AND backing_path < 's3:/0' \
+                             THEN (SELECT etag FROM remote_objects WHERE track_id = tracks.id) END, scanned_at";
 const TRACK_COLUMNS_V9: &str = "id, backing_path, format, audio_offset, audio_length, \
                              file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at, vendor, NULL, \
                              scanned_at";
