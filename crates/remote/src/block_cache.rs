@@ -3,17 +3,22 @@
 //! for the version it was filled from, survives remounts, and the least
 //! recently used blocks go first when the cache is full.
 //!
-//! Each block is a file, written under a temporary name and renamed, so a
-//! crash leaves whole blocks or none; one whose length is not the block's
-//! is dropped when read. Several processes (a scan, mounts) may share a
-//! folder: each keeps its own account of it, and a block another one
-//! evicted is a miss.
+//! Each version of an object has two files: its bytes, at their own
+//! offsets in a sparse file (so that a stream read back from the cache is
+//! one file read in order, as fast as a local file), and a record of the
+//! blocks it holds, each with a check value of its bytes. A block whose bytes do
+//! not match its hash (a write cut by a crash, a block another process
+//! evicted meanwhile) is a miss, so several processes (a scan, mounts) may
+//! share a folder without locks: each keeps its own account of it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs;
-use std::io::{self, Write};
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 
@@ -23,9 +28,19 @@ use crate::{ObjectUrl, ObjectVersion};
 /// first is one block.
 pub const BLOCK: u64 = 128 * 1024;
 
-/// A block file being written for longer than this was left by a process
-/// that stopped.
-const STALE_WRITE: std::time::Duration = std::time::Duration::from_secs(3600);
+/// How stale a record's time may get before a read sets it again: the
+/// order of use between processes is kept to this precision.
+const TOUCH_AFTER: Duration = Duration::from_secs(600);
+
+/// The start of every record file, then the object's size.
+const RECORD_MAGIC: &[u8; 8] = b"rtgfsbl1";
+const RECORD_HEADER: u64 = 16;
+/// A block's entry in a record: its [`hash_of`]; all zeros for a block
+/// not held.
+const ENTRY: u64 = 16;
+
+/// Object files kept open between reads; past it, they are all closed.
+const OPEN_OBJECTS: usize = 64;
 
 /// `$XDG_CACHE_HOME/retagfs/objects`, else `~/.cache/retagfs/objects`.
 pub fn default_cache_dir() -> PathBuf {
@@ -41,36 +56,61 @@ pub struct BlockCache {
     dir: PathBuf,
     capacity: u64,
     index: Mutex<Option<Index>>,
+    open: Mutex<HashMap<String, Arc<CachedObject>>>,
 }
 
-/// The blocks this process knows of, by name, in order of last use.
+/// One version's files, open.
+struct CachedObject {
+    bytes: File,
+    record: File,
+}
+
+/// The blocks this process knows of, by object and block, in order of
+/// last use.
 #[derive(Default)]
 struct Index {
-    blocks: HashMap<String, (u64, u64)>,
-    by_use: BTreeMap<u64, String>,
+    blocks: HashMap<(String, u64), (u64, u64)>,
+    by_use: BTreeMap<u64, (String, u64)>,
+    /// Blocks held per object: its files go with its last block.
+    per_object: HashMap<String, usize>,
     bytes: u64,
     clock: u64,
 }
 
 impl Index {
-    fn touch(&mut self, name: &str, len: u64) {
+    fn touch(&mut self, name: &str, block: u64, len: u64) {
         self.clock += 1;
-        if let Some((used, old_len)) = self.blocks.insert(name.to_string(), (self.clock, len)) {
-            self.by_use.remove(&used);
-            self.bytes -= old_len;
+        let key = (name.to_string(), block);
+        match self.blocks.insert(key.clone(), (self.clock, len)) {
+            Some((used, old_len)) => {
+                self.by_use.remove(&used);
+                self.bytes -= old_len;
+            }
+            None => *self.per_object.entry(name.to_string()).or_default() += 1,
         }
-        self.by_use.insert(self.clock, name.to_string());
+        self.by_use.insert(self.clock, key);
         self.bytes += len;
     }
 
-    fn forget(&mut self, name: &str) {
-        if let Some((used, len)) = self.blocks.remove(name) {
-            self.by_use.remove(&used);
-            self.bytes -= len;
+    /// Forgets a block; true when it was its object's last.
+    fn forget(&mut self, name: &str, block: u64) -> bool {
+        let Some((used, len)) = self.blocks.remove(&(name.to_string(), block)) else {
+            return false;
+        };
+        self.by_use.remove(&used);
+        self.bytes -= len;
+        let left = self.per_object.get_mut(name).map(|n| {
+            *n -= 1;
+            *n
+        });
+        if left == Some(0) {
+            self.per_object.remove(name);
+            return true;
         }
+        false
     }
 
-    fn least_recent(&self) -> Option<String> {
+    fn least_recent(&self) -> Option<(String, u64)> {
         self.by_use.values().next().cloned()
     }
 }
@@ -79,16 +119,19 @@ impl BlockCache {
     /// A cache in `dir` holding at most `capacity` bytes of blocks. The
     /// folder is made now; what it holds is looked at on first use.
     pub fn open(dir: &Path, capacity: u64) -> io::Result<BlockCache> {
-        fs::create_dir_all(dir.join("blocks")).map_err(|e| {
+        fs::create_dir_all(dir.join("objects")).map_err(|e| {
             io::Error::new(
                 e.kind(),
                 format!("cannot make the cache folder {}: {e}", dir.display()),
             )
         })?;
+        // The layout of earlier versions (a file per block) is not read.
+        let _ = fs::remove_dir_all(dir.join("blocks"));
         Ok(BlockCache {
             dir: dir.to_path_buf(),
             capacity,
             index: Mutex::new(None),
+            open: Mutex::new(HashMap::new()),
         })
     }
 
@@ -98,28 +141,41 @@ impl BlockCache {
 
     /// Block `block` of `version` of `url`, when cached whole.
     pub fn get(&self, url: &ObjectUrl, version: &ObjectVersion, block: u64) -> Option<Vec<u8>> {
-        let name = block_name(url, version, block);
-        let path = self.path_of(&name);
-        let bytes = read_and_touch(&path);
-        // A read needs no account of the whole folder (walking it costs a
-        // stat per block): only a write, which may have to evict, loads it.
-        let mut index = self.index.lock();
-        let Some(index) = index.as_mut() else {
-            return bytes.filter(|b| b.len() as u64 == block_len(version, block));
-        };
-        match bytes {
-            Some(bytes) if bytes.len() as u64 == block_len(version, block) => {
-                index.touch(&name, bytes.len() as u64);
-                Some(bytes)
+        let name = object_name(url, version);
+        let object = self.object(&name, version, false)?;
+        let found = object.block(version, block);
+        // A read needs no account of the whole folder: only a write, which
+        // may have to evict, loads it.
+        if let Some(index) = self.index.lock().as_mut() {
+            match &found {
+                Some(bytes) => index.touch(&name, block, bytes.len() as u64),
+                None => {
+                    index.forget(&name, block);
+                }
             }
-            Some(_) => {
-                let _ = fs::remove_file(&path);
-                index.forget(&name);
-                None
-            }
-            None => {
-                index.forget(&name);
-                None
+        }
+        if found.is_some() {
+            object.touch();
+        }
+        found
+    }
+
+    /// Asks the kernel to start reading blocks `blocks` of a version from
+    /// disk now, all at once, when the cache holds that version: a stream
+    /// read back from the cache then waits on the disk once per run.
+    pub fn will_need(&self, url: &ObjectUrl, version: &ObjectVersion, blocks: std::ops::Range<u64>) {
+        let name = object_name(url, version);
+        if let Some(object) = self.object(&name, version, false) {
+            let start = blocks.start * BLOCK;
+            let len = (blocks.end * BLOCK).min(version.size).saturating_sub(start);
+            // SAFETY: posix_fadvise reads no memory; the descriptor is open.
+            unsafe {
+                libc::posix_fadvise(
+                    object.bytes.as_raw_fd(),
+                    start as libc::off_t,
+                    len as libc::off_t,
+                    libc::POSIX_FADV_WILLNEED,
+                );
             }
         }
     }
@@ -130,81 +186,209 @@ impl BlockCache {
         if bytes.len() as u64 != block_len(version, block) || bytes.len() as u64 > self.capacity {
             return;
         }
-        let name = block_name(url, version, block);
-        if let Err(e) = self.write(&name, bytes) {
+        let name = object_name(url, version);
+        let written = self
+            .object(&name, version, true)
+            .ok_or_else(|| io::Error::other("cannot open its files"))
+            .and_then(|object| object.keep(block, bytes));
+        if let Err(e) = written {
             tracing::warn!("cannot write to the cache folder {}: {e}", self.dir.display());
             return;
         }
         let mut index = self.index.lock();
         let index = self.loaded(&mut index);
-        index.touch(&name, bytes.len() as u64);
+        index.touch(&name, block, bytes.len() as u64);
         while index.bytes > self.capacity {
-            let Some(oldest) = index.least_recent() else { break };
-            let _ = fs::remove_file(self.path_of(&oldest));
-            index.forget(&oldest);
+            let Some((oldest, oldest_block)) = index.least_recent() else {
+                break;
+            };
+            self.evict(&oldest, oldest_block, index.forget(&oldest, oldest_block));
         }
     }
 
-    fn write(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+    /// The files of an object's version, open (made when `create`).
+    fn object(&self, name: &str, version: &ObjectVersion, create: bool) -> Option<Arc<CachedObject>> {
+        if let Some(object) = self.open.lock().get(name) {
+            return Some(object.clone());
+        }
         let path = self.path_of(name);
-        let folder = path.parent().expect("a block's path has a folder");
-        fs::create_dir_all(folder)?;
-        let mut tmp = tempfile_in(folder)?;
-        tmp.1.write_all(bytes)?;
-        fs::rename(&tmp.0, &path).inspect_err(|_| {
-            let _ = fs::remove_file(&tmp.0);
-        })
+        if create {
+            fs::create_dir_all(path.parent()?).ok()?;
+        }
+        let object = Arc::new(CachedObject::open(&path, version.size, create)?);
+        let mut open = self.open.lock();
+        if open.len() >= OPEN_OBJECTS {
+            open.clear();
+        }
+        open.insert(name.to_string(), object.clone());
+        Some(object)
     }
 
+    /// Drops a block: its bytes' space is given back, and its object's
+    /// files go with its last block.
+    fn evict(&self, name: &str, block: u64, last: bool) {
+        let path = self.path_of(name);
+        if last {
+            self.open.lock().remove(name);
+            let _ = fs::remove_file(path.with_extension("blocks"));
+            let _ = fs::remove_file(path.with_extension("bytes"));
+            return;
+        }
+        if let Some(object) = self.open.lock().get(name).cloned() {
+            object.drop_block(block);
+        } else if let Some(object) = CachedObject::open(&path, 0, false) {
+            object.drop_block(block);
+        }
+    }
+
+    /// An object's files, without their extension.
     fn path_of(&self, name: &str) -> PathBuf {
-        self.dir.join("blocks").join(&name[..2]).join(name)
+        self.dir.join("objects").join(&name[..2]).join(name)
     }
 
-    /// The index, read from the folder the first time: blocks ordered by
-    /// when they were written.
+    /// The index, read from the folder the first time: objects ordered by
+    /// when they were last used, their blocks in order.
     fn loaded<'a>(&self, index: &'a mut Option<Index>) -> &'a mut Index {
         index.get_or_insert_with(|| {
-            let mut found: Vec<(SystemTime, String, u64)> = Vec::new();
-            for sub in fs::read_dir(self.dir.join("blocks"))
+            // (last used, object, its blocks and their lengths)
+            type Found = (SystemTime, String, Vec<(u64, u64)>);
+            let mut found: Vec<Found> = Vec::new();
+            for sub in fs::read_dir(self.dir.join("objects"))
                 .into_iter()
                 .flatten()
                 .flatten()
             {
                 for entry in fs::read_dir(sub.path()).into_iter().flatten().flatten() {
-                    let Ok(meta) = entry.metadata() else { continue };
-                    let name = entry.file_name().to_string_lossy().into_owned();
-                    if name.starts_with('.') {
-                        // A write under way, here or in another process;
-                        // one this old never finished.
-                        let stale = meta.modified().ok().and_then(|t| t.elapsed().ok());
-                        if stale.is_some_and(|age| age > STALE_WRITE) {
-                            let _ = fs::remove_file(entry.path());
-                        }
+                    let path = entry.path();
+                    if path.extension().is_none_or(|e| e != "blocks") {
                         continue;
                     }
-                    let when = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-                    found.push((when, name, meta.len()));
+                    let Some(name) = path.file_stem().map(|s| s.to_string_lossy().into_owned()) else {
+                        continue;
+                    };
+                    let when = entry
+                        .metadata()
+                        .and_then(|m| m.modified())
+                        .unwrap_or(SystemTime::UNIX_EPOCH);
+                    found.push((when, name, recorded_blocks(&path)));
                 }
             }
             found.sort();
             let mut index = Index::default();
-            for (_, name, len) in found {
-                index.touch(&name, len);
+            for (_, name, blocks) in found {
+                for (block, len) in blocks {
+                    index.touch(&name, block, len);
+                }
             }
             index
         })
     }
 }
 
-/// A block file's bytes; its time is set to now, so that the next
-/// process to load the folder's account sees it as recently used.
-fn read_and_touch(path: &Path) -> Option<Vec<u8>> {
-    use std::io::Read;
-    let mut file = fs::File::open(path).ok()?;
-    let mut bytes = Vec::with_capacity(BLOCK as usize);
-    file.read_to_end(&mut bytes).ok()?;
-    let _ = file.set_modified(SystemTime::now());
-    Some(bytes)
+impl CachedObject {
+    /// The files at `path` (`.bytes`, `.blocks`); made when `create`, with
+    /// a record for an object of `size` bytes.
+    fn open(path: &Path, size: u64, create: bool) -> Option<CachedObject> {
+        let options = |create| {
+            let mut o = OpenOptions::new();
+            o.read(true).write(true).create(create);
+            o
+        };
+        let record = options(create).open(path.with_extension("blocks")).ok()?;
+        let bytes = options(create).open(path.with_extension("bytes")).ok()?;
+        if create && record.metadata().ok()?.len() < RECORD_HEADER {
+            let mut header = RECORD_MAGIC.to_vec();
+            header.extend_from_slice(&size.to_le_bytes());
+            record.write_all_at(&header, 0).ok()?;
+        }
+        Some(CachedObject { bytes, record })
+    }
+
+    /// A block's bytes, when its record says it is held and they match.
+    fn block(&self, version: &ObjectVersion, block: u64) -> Option<Vec<u8>> {
+        let mut entry = [0; ENTRY as usize];
+        self.record.read_exact_at(&mut entry, entry_offset(block)).ok()?;
+        if entry == [0; ENTRY as usize] {
+            return None;
+        }
+        let mut bytes = vec![0; block_len(version, block) as usize];
+        self.bytes.read_exact_at(&mut bytes, block * BLOCK).ok()?;
+        (hash_of(&bytes) == entry).then_some(bytes)
+    }
+
+    /// Writes a block's bytes, then its entry: an entry whose bytes a
+    /// crash cut does not match them.
+    fn keep(&self, block: u64, bytes: &[u8]) -> io::Result<()> {
+        self.bytes.write_all_at(bytes, block * BLOCK)?;
+        self.record.write_all_at(&hash_of(bytes), entry_offset(block))
+    }
+
+    /// Clears a block's entry and gives its space back to the file system
+    /// (where it can punch holes; elsewhere the space stays until the
+    /// object's last block goes).
+    fn drop_block(&self, block: u64) {
+        let _ = self
+            .record
+            .write_all_at(&[0; ENTRY as usize], entry_offset(block));
+        // SAFETY: fallocate reads no memory; the descriptor is open.
+        unsafe {
+            libc::fallocate(
+                self.bytes.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                (block * BLOCK) as libc::off_t,
+                BLOCK as libc::off_t,
+            );
+        }
+    }
+
+    /// Sets the record's time to now when older than [`TOUCH_AFTER`], so
+    /// that the next process to load the folder's account sees the object
+    /// as recently used, without a write per read.
+    fn touch(&self) {
+        let stale = self
+            .record
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok());
+        if stale.is_none_or(|age| age > TOUCH_AFTER) {
+            let _ = self.record.set_modified(SystemTime::now());
+        }
+    }
+}
+
+/// The blocks a record file says are held, with their lengths.
+fn recorded_blocks(path: &Path) -> Vec<(u64, u64)> {
+    let Ok(record) = fs::read(path) else {
+        return Vec::new();
+    };
+    if record.len() < RECORD_HEADER as usize || &record[..8] != RECORD_MAGIC {
+        return Vec::new();
+    }
+    let size = u64::from_le_bytes(record[8..16].try_into().expect("8 bytes"));
+    let version = ObjectVersion {
+        etag: String::new(),
+        size,
+        mtime_ns: 0,
+    };
+    record[RECORD_HEADER as usize..]
+        .chunks_exact(ENTRY as usize)
+        .enumerate()
+        .filter(|(_, entry)| entry.iter().any(|&b| b != 0))
+        .map(|(block, _)| (block as u64, block_len(&version, block as u64)))
+        .filter(|&(_, len)| len > 0)
+        .collect()
+}
+
+fn entry_offset(block: u64) -> u64 {
+    RECORD_HEADER + block * ENTRY
+}
+
+/// A block's check value: XXH3, fast enough to check every block read
+/// back (the cache guards against cut writes, not against an attacker who
+/// can write to it).
+fn hash_of(bytes: &[u8]) -> [u8; ENTRY as usize] {
+    xxhash_rust::xxh3::xxh3_128(bytes).to_le_bytes()
 }
 
 /// Bytes in block `block` of a version: `BLOCK`, less for the last.
@@ -212,31 +396,22 @@ pub(crate) fn block_len(version: &ObjectVersion, block: u64) -> u64 {
     version.size.saturating_sub(block * BLOCK).min(BLOCK)
 }
 
-/// A file name for a block that no other object, version or block shares.
-fn block_name(url: &ObjectUrl, version: &ObjectVersion, block: u64) -> String {
+/// A file name for a version of an object that no other object or version
+/// shares.
+fn object_name(url: &ObjectUrl, version: &ObjectVersion) -> String {
     let mut hasher = blake3::Hasher::new();
     for part in [url.bucket.as_bytes(), url.key.as_bytes(), version.etag.as_bytes()] {
         hasher.update(&(part.len() as u64).to_le_bytes());
         hasher.update(part);
     }
     hasher.update(&version.size.to_le_bytes());
-    let hash = hasher.finalize();
-    format!("{}-{block}", hex::encode(&hash.as_bytes()[..16]))
-}
-
-/// A new hidden file in `folder`, for a block being written.
-fn tempfile_in(folder: &Path) -> io::Result<(PathBuf, fs::File)> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let path = folder.join(format!(".{}-{n}", std::process::id()));
-    let file = fs::OpenOptions::new().write(true).create_new(true).open(&path)?;
-    Ok((path, file))
+    hex::encode(&hasher.finalize().as_bytes()[..16])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     fn version(etag: &str, size: u64) -> ObjectVersion {
         ObjectVersion {
@@ -254,6 +429,7 @@ mod tests {
         let v1 = version("\"1\"", BLOCK + 10);
         cache.put(&url, &v1, 1, &[7; 10]);
         assert_eq!(cache.get(&url, &v1, 1), Some(vec![7; 10]));
+        assert_eq!(cache.get(&url, &v1, 0), None);
         assert_eq!(cache.get(&url, &version("\"2\"", BLOCK + 10), 1), None);
         assert_eq!(cache.get(&url, &version("\"1\"", BLOCK + 11), 1), None);
         // A block of the wrong length is never kept.
@@ -262,20 +438,24 @@ mod tests {
     }
 
     #[test]
-    fn a_block_another_writer_is_writing_is_left_alone() {
+    fn a_block_whose_bytes_do_not_match_its_record_is_a_miss() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = BlockCache::open(dir.path(), 1 << 30).unwrap();
         let url = ObjectUrl::parse("s3://music/a.flac").unwrap();
-        let v = version("\"1\"", BLOCK);
-        // Another process's write under way, in the folder of a block.
-        let name = block_name(&url, &v, 0);
-        let folder = dir.path().join("blocks").join(&name[..2]);
-        fs::create_dir_all(&folder).unwrap();
-        fs::write(folder.join(".999999-0"), b"half").unwrap();
-        // This process's first write reads the folder's account.
+        let v = version("\"1\"", 2 * BLOCK);
+        let cache = BlockCache::open(dir.path(), 1 << 30).unwrap();
         cache.put(&url, &v, 0, &[1; BLOCK as usize]);
-        assert!(folder.join(".999999-0").exists(), "a write under way was removed");
-        assert!(cache.get(&url, &v, 0).is_some());
+        cache.put(&url, &v, 1, &[2; BLOCK as usize]);
+        // A write a crash cut short: the bytes of block 1 half written.
+        let bytes = cache.path_of(&object_name(&url, &v)).with_extension("bytes");
+        File::options()
+            .write(true)
+            .open(&bytes)
+            .unwrap()
+            .write_all_at(&[9; 100], BLOCK + 5)
+            .unwrap();
+        let reopened = BlockCache::open(dir.path(), 1 << 30).unwrap();
+        assert_eq!(reopened.get(&url, &v, 0), Some(vec![1; BLOCK as usize]));
+        assert_eq!(reopened.get(&url, &v, 1), None);
     }
 
     #[test]
@@ -296,9 +476,27 @@ mod tests {
                 "block 1 was the least recently used"
             );
             assert!(cache.get(&url, &v, 0).is_some());
+            // The evicted block's space went back to the file system.
+            let bytes = cache.path_of(&object_name(&url, &v)).with_extension("bytes");
+            assert!(fs::metadata(bytes).unwrap().blocks() * 512 <= 3 * BLOCK + 4096);
         }
         let reopened = BlockCache::open(dir.path(), 3 * BLOCK).unwrap();
         assert!(reopened.get(&url, &v, 3).is_some());
         assert!(reopened.get(&url, &v, 2).is_some());
+    }
+
+    #[test]
+    fn an_object_whose_last_block_goes_leaves_no_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = BlockCache::open(dir.path(), BLOCK).unwrap();
+        let a = ObjectUrl::parse("s3://music/a.flac").unwrap();
+        let b = ObjectUrl::parse("s3://music/b.flac").unwrap();
+        let v = version("\"1\"", BLOCK);
+        cache.put(&a, &v, 0, &[1; BLOCK as usize]);
+        cache.put(&b, &v, 0, &[2; BLOCK as usize]);
+        let a_files = cache.path_of(&object_name(&a, &v));
+        assert!(!a_files.with_extension("bytes").exists());
+        assert!(!a_files.with_extension("blocks").exists());
+        assert_eq!(cache.get(&b, &v, 0), Some(vec![2; BLOCK as usize]));
     }
 }

@@ -93,6 +93,10 @@ impl Remote {
             .thread_name("remote")
             .enable_all()
             .build()?;
+        // Making the HTTP client loads the system's CA certificates (tens
+        // of milliseconds): done now, in the background, so that a first
+        // read does not wait for it.
+        runtime.spawn_blocking(|| drop(opendal_http_transport_reqwest::ReqwestTransport::default()));
         let cache = match &settings.cache_dir {
             Some(dir) if settings.cache_size > 0 => Some(BlockCache::open(dir, settings.cache_size)?),
             _ => None,

@@ -170,6 +170,13 @@ impl View {
             "loaded {tracks} tracks and built the tree in {:.1} ms",
             started.elapsed().as_secs_f64() * 1000.0
         );
+        if store.has_remote_tracks().unwrap_or(false) {
+            // Made now (no request: the remote may be down) so that the
+            // first read does not wait for its threads and HTTP client.
+            if let Err(why) = crate::remote() {
+                tracing::warn!("objects cannot be read: {why:#}");
+            }
+        }
         if check_fields {
             for reference in references_never_valued(&config.template, valued) {
                 tracing::warn!(
