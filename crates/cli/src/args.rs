@@ -234,6 +234,11 @@ pub struct MountArgs {
     /// Check the template and print sample paths and counts; do not mount.
     #[arg(long)]
     pub dry_run: bool,
+    /// No search folders: by default `MOUNTPOINT/.search/QUERY/` (never
+    /// listed, made by looking it up) holds the tracks matching QUERY, as
+    /// `retagfs query` finds them; a `/` in QUERY is written `%2F`.
+    #[arg(long)]
+    pub no_search: bool,
     /// Let other users (e.g. a media server) read the mount. Non-root users
     /// need `user_allow_other` in /etc/fuse.conf.
     #[arg(long)]

@@ -152,6 +152,7 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
     let lib = Arc::new(View::load(&a.db, config)?);
     crate::release_free_memory();
     lib.set_read_ahead(a.read_ahead.into());
+    lib.searches().set_enabled(!a.no_search);
     if a.dry_run {
         let tree = lib.tree();
         for path in tree.file_paths().iter().take(SAMPLE) {

@@ -14,7 +14,7 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
     let query = parse(&text)?;
     let config = a.view.config(Mode::Synthesis)?;
     let output = if a.json { Output::Json } else { Output::Paths };
-    let printed = print_tracks(&a.db, &config, output, |b| query.matches(&query_track(b)))?;
+    let printed = print_tracks(&a.db, &config, output, |b| query.matches(&QueryTrack::of(b)))?;
     if printed == 0 {
         eprintln!("retagfs: no track matches {text:?}");
     }
@@ -40,20 +40,10 @@ pub fn matching_ids(store: &retagfs_store::Store, query: &Query) -> anyhow::Resu
     let mut ids = Vec::new();
     store.read_snapshot(|s| {
         s.for_each_track(|b| {
-            if query.matches(&query_track(&b)) {
+            if query.matches(&QueryTrack::of(&b)) {
                 ids.push(b.track.id);
             }
         })
     })?;
     Ok(ids)
-}
-
-/// What a query is tested against, of a track as the store holds it.
-pub fn query_track(b: &retagfs_store::TrackBundle) -> QueryTrack<'_> {
-    QueryTrack {
-        tags: &b.tags,
-        added: b.track.added_at,
-        format: b.track.format.as_str(),
-        backing_path: &b.track.backing_path,
-    }
 }

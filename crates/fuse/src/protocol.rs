@@ -3,12 +3,14 @@
 //! over io_uring, [`crate::uring`]): a request's per-operation struct and
 //! name in, the answer's bytes out, in the kernel's layout.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{Errno, FileAttr, FileType};
 
 use crate::kernel_abi::{open_in, out_header, read_in, release_in};
-use crate::server::{dir_entries, kind_of, Server, BLOCK_SIZE, TTL};
+use crate::server::{dir_entries, kind_of, Server, BLOCK_SIZE};
+use retagfs_core::view::search::SEARCH_DIR_INO;
+use retagfs_core::view::tree::ROOT_INO;
 
 // FUSE opcodes served; every other one is answered ENOSYS (the kernel then
 // stops sending most of them).
@@ -69,12 +71,15 @@ fn answer_in(server: &Server, req: &Request, out: &mut [u8]) -> Result<usize, Er
         LOOKUP => {
             let name = req.name.split(|&b| b == 0).next().unwrap_or_default();
             let attr = server.lookup(nodeid, name)?;
-            out.entry_out(&attr);
+            // An entry of a search, or a search itself, lives as briefly.
+            let ttl = server.ttl_of(nodeid).min(server.ttl_of(attr.ino.0));
+            out.entry_out(&attr, ttl);
         }
         GETATTR => {
             let attr = server.getattr(nodeid)?;
-            out.u64(TTL.as_secs());
-            out.u32(TTL.subsec_nanos());
+            let ttl = server.ttl_of(nodeid);
+            out.u64(ttl.as_secs());
+            out.u32(ttl.subsec_nanos());
             out.u32(0);
             out.attr(&attr);
         }
@@ -207,13 +212,13 @@ impl<'a> Out<'a> {
     }
 
     /// `struct fuse_entry_out`.
-    fn entry_out(&mut self, a: &FileAttr) {
+    fn entry_out(&mut self, a: &FileAttr, ttl: Duration) {
         self.u64(a.ino.0);
         self.u64(0); // generation
-        self.u64(TTL.as_secs());
-        self.u64(TTL.as_secs());
-        self.u32(TTL.subsec_nanos());
-        self.u32(TTL.subsec_nanos());
+        self.u64(ttl.as_secs());
+        self.u64(ttl.as_secs());
+        self.u32(ttl.subsec_nanos());
+        self.u32(ttl.subsec_nanos());
         self.attr(a);
     }
 
@@ -241,35 +246,67 @@ impl<'a> Out<'a> {
         size: usize,
         plus: bool,
     ) -> Result<(), Errno> {
-        let tree = server.lib.tree();
+        let ttl = server.ttl_of(ino);
+        if ino == SEARCH_DIR_INO {
+            // Searches are made by lookups and never listed.
+            let dots = [(SEARCH_DIR_INO, ".", 1), (ROOT_INO, "..", 2)];
+            for (child, name, next) in dots.into_iter().skip(offset.min(2) as usize) {
+                let attr = if plus { Some(server.getattr(child)?) } else { None };
+                if self.dirent(child, attr.as_ref(), next, name, FileType::Directory, size, ttl) {
+                    break;
+                }
+            }
+            return Ok(());
+        }
+        let tree = server.tree_of(ino).ok_or(Errno::ENOENT)?;
         dir_entries(&tree, ino, offset, |child, node, next, name| {
             let attr = match (plus, node) {
                 (true, Some(node)) => Some(server.attr(&tree, child, node)),
                 (true, None) => return false,
                 (false, _) => None,
             };
-            let fixed = if plus { ENTRY_OUT + DIRENT } else { DIRENT };
-            let record = (fixed + name.len()).next_multiple_of(8);
-            if self.len + record > size {
-                return true;
-            }
-            let start = self.len;
-            if let Some(attr) = &attr {
-                self.entry_out(attr);
-            }
-            let dtype = match kind_of(node) {
-                FileType::RegularFile => libc::DT_REG,
-                _ => libc::DT_DIR,
-            };
-            self.u64(child);
-            self.u64(next);
-            self.u32(name.len() as u32);
-            self.u32(u32::from(dtype));
-            self.bytes(name.as_bytes());
-            self.buf[self.len..start + record].fill(0);
-            self.len = start + record;
-            false
+            self.dirent(child, attr.as_ref(), next, name, kind_of(node), size, ttl)
         })
+    }
+
+    /// One entry of a listing, with its attributes for READDIRPLUS: true
+    /// when it does not fit in `size` bytes.
+    #[allow(clippy::too_many_arguments)]
+    fn dirent(
+        &mut self,
+        child: u64,
+        attr: Option<&FileAttr>,
+        next: u64,
+        name: &str,
+        kind: FileType,
+        size: usize,
+        ttl: Duration,
+    ) -> bool {
+        let fixed = if attr.is_some() {
+            ENTRY_OUT + DIRENT
+        } else {
+            DIRENT
+        };
+        let record = (fixed + name.len()).next_multiple_of(8);
+        if self.len + record > size {
+            return true;
+        }
+        let start = self.len;
+        if let Some(attr) = attr {
+            self.entry_out(attr, ttl);
+        }
+        let dtype = match kind {
+            FileType::RegularFile => libc::DT_REG,
+            _ => libc::DT_DIR,
+        };
+        self.u64(child);
+        self.u64(next);
+        self.u32(name.len() as u32);
+        self.u32(u32::from(dtype));
+        self.bytes(name.as_bytes());
+        self.buf[self.len..start + record].fill(0);
+        self.len = start + record;
+        false
     }
 }
 
@@ -282,8 +319,8 @@ fn unix_time(t: SystemTime) -> (u64, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::TTL;
     use fuser::INodeNo;
-    use std::time::Duration;
 
     fn attr(kind: FileType) -> FileAttr {
         let t = UNIX_EPOCH + Duration::new(1_700_000_000, 5);
@@ -310,7 +347,7 @@ mod tests {
     fn entry_out_has_the_kernel_layout() {
         let mut buf = [0u8; 256];
         let mut out = Out::new(&mut buf);
-        out.entry_out(&attr(FileType::RegularFile));
+        out.entry_out(&attr(FileType::RegularFile), TTL);
         assert_eq!(out.len, ENTRY_OUT);
         assert_eq!(u64_in(&buf, 0), 42, "nodeid");
         assert_eq!(u64_in(&buf, 16), TTL.as_secs(), "entry_valid");

@@ -12,7 +12,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{Errno, FileAttr, FileType, FopenFlags, INodeNo};
-use retagfs_core::view::tree::{Entry, ListingError, Node, Tree};
+use retagfs_core::view::search::{is_search_ino, SearchError, SEARCH_DIR_INO, SEARCH_DIR_NAME, SEARCH_TTL};
+use retagfs_core::view::tree::{Entry, ListingError, Node, Tree, ROOT_INO};
 use retagfs_core::{OpenFile, View};
 
 use crate::backing::Backing;
@@ -148,12 +149,30 @@ impl Server {
     }
 
     pub(crate) fn attr(&self, tree: &Tree, ino: u64, node: &Node) -> FileAttr {
+        match &node.entry {
+            Entry::Dir { .. } => self.dir_attr(ino, tree.listing_changed_at(ino)),
+            Entry::File(_) => self.attr_of(ino, &node.entry, None),
+        }
+    }
+
+    /// A folder's attributes; its mtime is when its entries last changed.
+    fn dir_attr(&self, ino: u64, changed: Option<SystemTime>) -> FileAttr {
+        let entry = Entry::Dir {
+            children: Default::default(),
+        };
+        self.attr_of(ino, &entry, changed)
+    }
+
+    fn attr_of(&self, ino: u64, entry: &Entry, changed: Option<SystemTime>) -> FileAttr {
         let own = &self.ownership;
-        let (kind, size, perm, nlink, mtime) = match &node.entry {
-            Entry::Dir { .. } => {
-                let changed = tree.listing_changed_at(ino).unwrap_or(self.mounted_at);
-                (FileType::Directory, 0, own.dir_mode, 2, changed)
-            }
+        let (kind, size, perm, nlink, mtime) = match entry {
+            Entry::Dir { .. } => (
+                FileType::Directory,
+                0,
+                own.dir_mode,
+                2,
+                changed.unwrap_or(self.mounted_at),
+            ),
             Entry::File(f) => (
                 FileType::RegularFile,
                 f.size,
@@ -188,7 +207,13 @@ impl Server {
     /// "." and ".." (of any inode) only to turn a file handle whose inode it
     /// no longer caches back into a file: an NFS export of the mount.
     pub(crate) fn lookup(&self, parent: u64, name: &[u8]) -> Result<FileAttr, Errno> {
-        let tree = self.lib.tree();
+        if parent == ROOT_INO && name == SEARCH_DIR_NAME.as_bytes() && self.lib.searches().enabled() {
+            return Ok(self.dir_attr(SEARCH_DIR_INO, None));
+        }
+        if parent == SEARCH_DIR_INO {
+            return self.lookup_search(name);
+        }
+        let tree = self.tree_of(parent).ok_or(Errno::ENOENT)?;
         let ino = match name {
             b"." => Some(parent),
             b".." => tree.get(parent).map(|node| node.parent),
@@ -199,7 +224,10 @@ impl Server {
     }
 
     pub(crate) fn getattr(&self, ino: u64) -> Result<FileAttr, Errno> {
-        let tree = self.lib.tree();
+        if ino == SEARCH_DIR_INO {
+            return Ok(self.dir_attr(ino, None));
+        }
+        let tree = self.tree_of(ino).ok_or(Errno::ENOENT)?;
         tree.get(ino)
             .map(|node| self.attr(&tree, ino, node))
             .ok_or(Errno::ENOENT)
@@ -302,7 +330,13 @@ impl Server {
         if self.no_opendir.load(Ordering::Relaxed) {
             return Err(Errno::ENOSYS);
         }
-        match self.lib.tree().get(ino).map(|n| &n.entry) {
+        if ino == SEARCH_DIR_INO {
+            return Ok(FopenFlags::empty());
+        }
+        let tree = self.tree_of(ino).ok_or(Errno::ENOENT)?;
+        match tree.get(ino).map(|n| &n.entry) {
+            // A search's listings change without the kernel being told.
+            Some(Entry::Dir { .. }) if is_search_ino(ino) => Ok(FopenFlags::empty()),
             // The kernel keeps listings until a refresh invalidates the
             // directory's inode.
             Some(Entry::Dir { .. }) => Ok(FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE),
@@ -311,9 +345,70 @@ impl Server {
         }
     }
 
+    /// The tree an inode is in: the view's, or a search's (None: a search
+    /// no longer kept, or `.search` itself, which has no tree).
+    pub(crate) fn tree_of(&self, ino: u64) -> Option<TreeOf<'_>> {
+        if is_search_ino(ino) {
+            return self.lib.searches().tree_of(ino).map(TreeOf::Search);
+        }
+        Some(TreeOf::View(self.lib.tree()))
+    }
+
+    /// How long the kernel may keep what it learns of an inode (or of an
+    /// entry in a folder).
+    pub(crate) fn ttl_of(&self, ino: u64) -> Duration {
+        if is_search_ino(ino) {
+            SEARCH_TTL
+        } else {
+            TTL
+        }
+    }
+
+    /// A search folder in `.search`, made when it is not kept.
+    fn lookup_search(&self, name: &[u8]) -> Result<FileAttr, Errno> {
+        match name {
+            b"." => return Ok(self.dir_attr(SEARCH_DIR_INO, None)),
+            b".." => return self.getattr(ROOT_INO),
+            _ => {}
+        }
+        let name = std::str::from_utf8(name).map_err(|_| Errno::ENOENT)?;
+        match self.lib.open_search(name) {
+            Ok(tree) => {
+                let root = tree.root();
+                let node = tree.get(root).ok_or(Errno::EIO)?;
+                Ok(self.attr(&tree, root, node))
+            }
+            Err(SearchError::Off) => Err(Errno::ENOENT),
+            Err(e) => {
+                tracing::warn!("{SEARCH_DIR_NAME}/{name}: {e}");
+                Err(match e {
+                    SearchError::Query(..) => Errno::EINVAL,
+                    _ => Errno::EIO,
+                })
+            }
+        }
+    }
+
     /// The number of files served, for statfs.
     pub(crate) fn file_count(&self) -> u64 {
         self.lib.tree().file_count() as u64
+    }
+}
+
+/// The view's tree (read-locked) or a search's.
+pub(crate) enum TreeOf<'a> {
+    View(parking_lot::RwLockReadGuard<'a, Tree>),
+    Search(Arc<Tree>),
+}
+
+impl std::ops::Deref for TreeOf<'_> {
+    type Target = Tree;
+
+    fn deref(&self) -> &Tree {
+        match self {
+            TreeOf::View(tree) => tree,
+            TreeOf::Search(tree) => tree,
+        }
     }
 }
 

@@ -59,6 +59,18 @@ pub struct QueryTrack<'a> {
     pub backing_path: &'a str,
 }
 
+impl<'a> QueryTrack<'a> {
+    /// What a query is tested against, of a track as the store holds it.
+    pub fn of(b: &'a retagfs_store::TrackBundle) -> QueryTrack<'a> {
+        QueryTrack {
+            tags: &b.tags,
+            added: b.track.added_at,
+            format: b.track.format.as_str(),
+            backing_path: &b.track.backing_path,
+        }
+    }
+}
+
 /// A query that cannot be read: where (in characters from its start) and
 /// why.
 #[derive(Debug, Clone, PartialEq, Eq)]

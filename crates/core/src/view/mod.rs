@@ -7,6 +7,7 @@ mod open_cache;
 pub mod read_ahead;
 mod refresh;
 mod render;
+pub mod search;
 pub mod template;
 pub mod tree;
 pub mod watch;
@@ -38,7 +39,9 @@ use retagfs_store::{text_for_display, text_to_path, Store, SynthesisRows, TrackB
 
 use crate::failure_log::failure_to_log;
 use crate::fs_kind::{self, FsKind};
+use crate::query::{Query, QueryTrack};
 use crate::view::read_ahead::{will_need, FirstRead, ReadAhead};
+use crate::view::search::{SearchError, Searches};
 use crate::view::template::{Fallbacks, Fields, Template, DEFAULT_TEMPLATE};
 use crate::view::tree::{file_ino, FileEntry, Invalidations, NameExtension, Placement, Tree, TreeBuilder};
 
@@ -60,6 +63,7 @@ pub struct View {
     read_ahead: Mutex<ReadAheadMode>,
     /// The newer schema version last warned about ([`View::note_newer_schema`]).
     newer_schema_noted: Mutex<Option<i64>>,
+    searches: Searches,
 }
 
 /// An open file: the layout resolved at open time and the backing file.
@@ -196,6 +200,7 @@ impl View {
             seen_seq: Mutex::new(seq),
             read_ahead: Mutex::default(),
             newer_schema_noted: Mutex::default(),
+            searches: Searches::new(true),
         })
     }
 
@@ -203,6 +208,39 @@ impl View {
     /// was opened).
     pub(crate) fn served_file(&self) -> Option<FileId> {
         self.pool.served()
+    }
+
+    /// The searches of `MNT/.search` ([`crate::view::search`]).
+    pub fn searches(&self) -> &Searches {
+        &self.searches
+    }
+
+    /// The search a folder name in `.search` stands for, made if it is not
+    /// live: its tracks found in the store, placed as in the tree.
+    pub fn open_search(&self, name: &str) -> Result<Arc<Tree>, SearchError> {
+        let matching = |query: &Query| {
+            let mut ids = Vec::new();
+            self.pool
+                .with(|store| {
+                    store
+                        .read_snapshot(|s| {
+                            s.for_each_track(|b| {
+                                if query.matches(&QueryTrack::of(&b)) {
+                                    ids.push(b.track.id);
+                                }
+                            })
+                        })
+                        .map_err(|e| io::Error::other(e.to_string()))
+                })
+                .map_err(anyhow::Error::from)?;
+            Ok(ids)
+        };
+        // No refresh meanwhile: the search is made of one state of the
+        // store and of the tree, and follows the refreshes after it.
+        let _refreshes = self.seen_seq.lock();
+        let tree = self.tree();
+        self.searches
+            .open(name, matching, |id| search::placement_in(&tree, id))
     }
 
     /// When files opened from now on read their backing bytes ahead.

@@ -1,7 +1,7 @@
 //! Following the store: a refresh re-renders the tracks the change log
 //! names; a reload builds the tree from a store that replaced the served one.
 
-use super::render::load_placement;
+use super::render::placement_of;
 use super::*;
 
 /// Changed tracks beyond which a refresh reloads everything in bulk.
@@ -14,8 +14,9 @@ enum Pending {
     /// tracks changed): this tree of this many tracks, up to this log
     /// position.
     Rebuild(Box<Tree>, usize, i64),
-    /// These tracks changed (None: removed), up to this log position.
-    Tracks(Vec<(i64, Option<Placement>)>, i64),
+    /// These tracks changed (None: removed), up to this log position; with
+    /// the live searches each now matches.
+    Tracks(Vec<(i64, Option<Placement>)>, Vec<(i64, Vec<u64>)>, i64),
     /// A newer retagfs migrated the store to this schema version, which
     /// this one cannot read: the view stays as it is.
     NewerSchema(i64),
@@ -43,6 +44,7 @@ impl View {
     pub fn refresh(&self) -> anyhow::Result<Refresh> {
         let mut seen = self.seen_seq.lock();
         let since = *seen;
+        let searches = self.searches.queries();
         let pending = self
             .pool
             .with(|store| {
@@ -70,10 +72,15 @@ impl View {
                             return Ok(Pending::Rebuild(Box::new(tree), tracks, last));
                         }
                         let mut changed = Vec::new();
+                        let mut matched = Vec::new();
                         for id in ids {
-                            changed.push((id, load_placement(s, &self.config, id)?));
+                            let bundle = s.track_bundle(id)?;
+                            if !searches.is_empty() {
+                                matched.push((id, matching_searches(bundle.as_ref(), &searches)));
+                            }
+                            changed.push((id, bundle.map(|b| placement_of(&self.config, &b))));
                         }
-                        Ok(Pending::Tracks(changed, last))
+                        Ok(Pending::Tracks(changed, matched, last))
                     })
                     .map_err(|e| io::Error::other(e.to_string()))
             })
@@ -91,13 +98,15 @@ impl View {
                 out = self.replace_tree(*new, tracks);
                 *seen = last;
             }
-            Pending::Tracks(changed, last) => {
+            Pending::Tracks(changed, matched, last) => {
                 let mut tree = self.tree.write();
                 out.tracks = changed.len();
                 for (id, placement) in &changed {
                     tree.replace(file_ino(*id), placement.clone(), &mut out.invalidations);
                 }
                 tree.note_listing_changes(&out.invalidations, None);
+                self.searches
+                    .follow(&matched, |id| search::placement_in(&tree, id));
                 // After the tree: an open that read the store before this
                 // refresh and caches the old row is then caught by the
                 // tree's newer version.
@@ -158,6 +167,8 @@ impl View {
         let invalidations = tree.diff(&new);
         new.note_listing_changes(&invalidations, Some(&tree));
         *tree = new;
+        // Made again from the new tree when next looked up.
+        self.searches.clear();
         self.opened.clear();
         self.warmed.lock().clear();
         Refresh {
@@ -166,4 +177,18 @@ impl View {
             invalidations,
         }
     }
+}
+
+/// The live searches (of [`search::Searches::queries`]) a track matches
+/// (none once it is gone).
+fn matching_searches(bundle: Option<&TrackBundle>, searches: &[(u64, Arc<Query>)]) -> Vec<u64> {
+    let Some(bundle) = bundle else {
+        return Vec::new();
+    };
+    let track = QueryTrack::of(bundle);
+    searches
+        .iter()
+        .filter(|(_, query)| query.matches(&track))
+        .map(|(id, _)| *id)
+        .collect()
 }

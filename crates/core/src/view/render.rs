@@ -247,12 +247,16 @@ fn placement(config: &ViewConfig, b: &TrackBundle, fields: &dyn Fields) -> Place
 }
 
 /// One track's placement read from the store, `None` once it is gone.
+#[cfg(test)]
 pub(super) fn load_placement(
     store: &Store,
     config: &ViewConfig,
     id: i64,
 ) -> retagfs_store::Result<Option<Placement>> {
-    Ok(store
-        .track_bundle(id)?
-        .map(|b| placement(config, &b, &TrackFields::new(&b.track, &b.tags))))
+    Ok(store.track_bundle(id)?.map(|b| placement_of(config, &b)))
+}
+
+/// Where a track read from the store goes in the tree.
+pub(super) fn placement_of(config: &ViewConfig, b: &TrackBundle) -> Placement {
+    placement(config, b, &TrackFields::new(&b.track, &b.tags))
 }

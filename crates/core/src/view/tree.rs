@@ -19,6 +19,9 @@ pub const ROOT_INO: u64 = 1;
 const FILE_INO_BASE: u64 = 1;
 /// Directory inodes have this bit set (track ids never reach it).
 const DIR_BIT: u64 = 1 << 62;
+/// The inodes of the searches' folders ([`crate::view::search`]) start
+/// here, above every file inode (a track id past it is not served).
+pub const SEARCH_INO_BASE: u64 = 1 << 61;
 /// A 64-bit hash of a rendered path, kept in memory only (a collision is
 /// astronomically rare and would only make a refresh keep a stale name).
 fn path_hash(path: &str) -> u64 {
@@ -209,6 +212,12 @@ pub struct Tree {
     /// just before a refresh and cached just after its invalidation), and
     /// media servers rescan only the directories that changed.
     listing_changed: HashMap<u64, SystemTime>,
+    /// The root's inode ([`ROOT_INO`] but for a search's tree).
+    root: u64,
+    /// The next inode of a directory of a search's tree (None: the main
+    /// tree's directories are numbered by a hash of their path, stable
+    /// across remounts).
+    next_dir_ino: Option<u64>,
 }
 
 /// A tree built from placements given one by one in track id order:
@@ -227,6 +236,9 @@ pub struct TreeBuilder {
 impl TreeBuilder {
     /// Adds the next track; its id must be above every track added before.
     pub fn add(&mut self, p: Placement) {
+        if !servable(&p) {
+            return;
+        }
         let (comps, stem) = split_path(&p.path);
         self.tree
             .rendered
@@ -299,7 +311,22 @@ pub fn file_ino(track_id: i64) -> u64 {
 /// The track a file inode serves ([`file_ino`] undone); `None` for the
 /// root and directory inodes.
 pub fn track_of_file_ino(ino: u64) -> Option<i64> {
-    (ino > FILE_INO_BASE && ino < DIR_BIT).then(|| (ino - FILE_INO_BASE) as i64)
+    (ino > FILE_INO_BASE && ino < SEARCH_INO_BASE).then(|| (ino - FILE_INO_BASE) as i64)
+}
+
+/// [`servable_track_id`], with a log line for a track that is not.
+fn servable(p: &Placement) -> bool {
+    let ok = servable_track_id(p.file.track_id);
+    if !ok {
+        tracing::warn!("track {} is not served: its id is out of range", p.file.track_id);
+    }
+    ok
+}
+
+/// Whether a track can be a file of the tree: its inode stays below the
+/// searches' (a store row of another tool may hold any id).
+pub fn servable_track_id(id: i64) -> bool {
+    id > 0 && (id as u64) < SEARCH_INO_BASE - FILE_INO_BASE
 }
 
 /// Makes each component of a rendered path a name Windows accepts, for a
@@ -394,11 +421,21 @@ impl Default for Tree {
 
 impl Tree {
     pub fn new() -> Tree {
+        Tree::rooted(ROOT_INO, ROOT_INO, None)
+    }
+
+    /// An empty tree whose root is inode `root` (its `..` is `parent`),
+    /// its directories numbered from `first_dir_ino` on.
+    pub fn with_root(root: u64, parent: u64, first_dir_ino: u64) -> Tree {
+        Tree::rooted(root, parent, Some(first_dir_ino))
+    }
+
+    fn rooted(root: u64, parent: u64, next_dir_ino: Option<u64>) -> Tree {
         let mut nodes = Nodes::default();
         nodes.insert(
-            ROOT_INO,
+            root,
             Node {
-                parent: ROOT_INO,
+                parent,
                 name: Arc::from(""),
                 entry: Entry::Dir {
                     children: BTreeMap::new(),
@@ -411,7 +448,13 @@ impl Tree {
             next_suffix: HashMap::default(),
             rendered: HashMap::default(),
             listing_changed: HashMap::default(),
+            root,
+            next_dir_ino,
         }
+    }
+
+    pub fn root(&self) -> u64 {
+        self.root
     }
 
     /// When a refresh last changed this directory's entries, if one did.
@@ -455,6 +498,9 @@ impl Tree {
     /// Places one more track, creating its directories as needed. Returns
     /// (parent, name) of every entry that is new.
     pub fn place(&mut self, p: Placement) -> Vec<(u64, String)> {
+        if !servable(&p) {
+            return Vec::new();
+        }
         let (comps, stem) = split_path(&p.path);
         self.rendered
             .insert(file_ino(p.file.track_id), path_hash(&p.path));
@@ -499,7 +545,7 @@ impl Tree {
                     }
                 }
                 other => {
-                    if *ino != ROOT_INO {
+                    if *ino != self.root {
                         out.entries.push((old.parent, old.name.to_string()));
                     }
                     if other.is_some() {
@@ -513,7 +559,7 @@ impl Tree {
                 .nodes
                 .get(ino)
                 .is_some_and(|o| o.parent == n.parent && o.name == n.name);
-            if !same && *ino != ROOT_INO {
+            if !same && *ino != self.root {
                 out.entries.push((n.parent, n.name.to_string()));
             }
         }
@@ -529,7 +575,7 @@ impl Tree {
         }
         self.rendered.remove(&ino);
         let mut victim = ino;
-        while victim != ROOT_INO {
+        while victim != self.root {
             let Some(node) = self.nodes.remove(&victim) else {
                 break;
             };
@@ -556,7 +602,7 @@ impl Tree {
     /// The directory for these components, created as needed; new entries
     /// are pushed to `added`.
     fn ensure_dirs(&mut self, comps: &[String], added: &mut Vec<(u64, String)>) -> u64 {
-        let mut dir = ROOT_INO;
+        let mut dir = self.root;
         let mut path = String::new();
         for comp in comps {
             let mut name = truncate_utf8(comp, NAME_MAX).trim_end().to_string();
@@ -591,7 +637,11 @@ impl Tree {
     }
 
     /// A directory inode from its path, probing on the (unlikely) collision.
-    fn free_dir_ino(&self, path: &str) -> u64 {
+    fn free_dir_ino(&mut self, path: &str) -> u64 {
+        if let Some(next) = &mut self.next_dir_ino {
+            *next += 1;
+            return *next - 1;
+        }
         let digest = Sha256::digest(path.as_bytes());
         let mut ino = (u64::from_le_bytes(digest[..8].try_into().unwrap()) & (DIR_BIT - 1)) | DIR_BIT;
         while self.nodes.contains_key(&ino) {
@@ -696,7 +746,7 @@ impl Tree {
     /// The path of a node relative to the root.
     pub fn path(&self, mut ino: u64) -> Option<String> {
         let mut parts = Vec::new();
-        while ino != ROOT_INO {
+        while ino != self.root {
             let node = self.nodes.get(&ino)?;
             parts.push(&*node.name);
             ino = node.parent;
@@ -787,7 +837,7 @@ impl Tree {
     /// The directory listed after `dir` in its parent, or else after its
     /// parent in the grandparent, and so on up to the root.
     fn next_dir(&self, mut dir: u64) -> Option<u64> {
-        while dir != ROOT_INO {
+        while dir != self.root {
             let node = self.nodes.get(&dir)?;
             let Entry::Dir { children } = &self.nodes.get(&node.parent)?.entry else {
                 return None;
@@ -807,7 +857,7 @@ impl Tree {
     /// Every file's relative path, sorted.
     pub fn file_paths(&self) -> Vec<String> {
         let mut out = Vec::with_capacity(self.file_count());
-        self.walk(ROOT_INO, &mut String::new(), &mut out);
+        self.walk(self.root, &mut String::new(), &mut out);
         out
     }
 
