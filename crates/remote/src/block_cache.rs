@@ -3,13 +3,13 @@
 //! for the version it was filled from, survives remounts, and the least
 //! recently used blocks go first when the cache is full.
 //!
-//! Each version of an object has two files: its bytes, at their own
-//! offsets in a sparse file (so that a stream read back from the cache is
-//! one file read in order, as fast as a local file), and a record of the
-//! blocks it holds, each with a check value of its bytes. A block whose bytes do
-//! not match its hash (a write cut by a crash, a block another process
-//! evicted meanwhile) is a miss, so several processes (a scan, mounts) may
-//! share a folder without locks: each keeps its own account of it.
+//! Each version of an object is one sparse file: a record of the blocks it
+//! holds, each with a check value of its bytes, then the bytes at their own
+//! offsets (so that a stream read back from the cache is one file read in
+//! order, as fast as a local file). A block whose bytes do not match its
+//! check value (a write cut by a crash, a block another process evicted
+//! meanwhile) is a miss, so several processes (a scan, mounts) may share a
+//! folder without locks: each keeps its own account of it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
@@ -32,12 +32,15 @@ pub const BLOCK: u64 = 128 * 1024;
 /// order of use between processes is kept to this precision.
 const TOUCH_AFTER: Duration = Duration::from_secs(600);
 
-/// The start of every record file, then the object's size.
-const RECORD_MAGIC: &[u8; 8] = b"rtgfsbl1";
+/// The start of every object's file, then the object's size.
+const RECORD_MAGIC: &[u8; 8] = b"rtgfsbl2";
 const RECORD_HEADER: u64 = 16;
 /// A block's entry in a record: its [`hash_of`]; all zeros for a block
 /// not held.
 const ENTRY: u64 = 16;
+
+/// The largest object S3 holds: a record naming a larger size is not one.
+const MAX_OBJECT: u64 = 5 << 40;
 
 /// Object files kept open between reads; past it, they are all closed.
 const OPEN_OBJECTS: usize = 64;
@@ -59,10 +62,13 @@ pub struct BlockCache {
     open: Mutex<HashMap<String, Arc<CachedObject>>>,
 }
 
-/// One version's files, open.
+/// One version's file, open.
 struct CachedObject {
-    bytes: File,
-    record: File,
+    file: File,
+    /// The object's size.
+    size: u64,
+    /// Where block 0's bytes start: after the record, on a page boundary.
+    data_offset: u64,
 }
 
 /// The blocks this process knows of, by object and block, in order of
@@ -171,8 +177,8 @@ impl BlockCache {
             // SAFETY: posix_fadvise reads no memory; the descriptor is open.
             unsafe {
                 libc::posix_fadvise(
-                    object.bytes.as_raw_fd(),
-                    start as libc::off_t,
+                    object.file.as_raw_fd(),
+                    (object.data_offset + start) as libc::off_t,
                     len as libc::off_t,
                     libc::POSIX_FADV_WILLNEED,
                 );
@@ -215,7 +221,7 @@ impl BlockCache {
         if create {
             fs::create_dir_all(path.parent()?).ok()?;
         }
-        let object = Arc::new(CachedObject::open(&path, version.size, create)?);
+        let object = Arc::new(CachedObject::open(&path, create.then_some(version.size))?);
         let mut open = self.open.lock();
         if open.len() >= OPEN_OBJECTS {
             open.clear();
@@ -230,20 +236,22 @@ impl BlockCache {
         let path = self.path_of(name);
         if last {
             self.open.lock().remove(name);
-            let _ = fs::remove_file(path.with_extension("blocks"));
-            let _ = fs::remove_file(path.with_extension("bytes"));
+            let _ = fs::remove_file(&path);
             return;
         }
         if let Some(object) = self.open.lock().get(name).cloned() {
             object.drop_block(block);
-        } else if let Some(object) = CachedObject::open(&path, 0, false) {
+        } else if let Some(object) = CachedObject::open(&path, None) {
             object.drop_block(block);
         }
     }
 
-    /// An object's files, without their extension.
+    /// An object's file.
     fn path_of(&self, name: &str) -> PathBuf {
-        self.dir.join("objects").join(&name[..2]).join(name)
+        self.dir
+            .join("objects")
+            .join(&name[..2])
+            .join(format!("{name}.blocks"))
     }
 
     /// The index, read from the folder the first time: objects ordered by
@@ -286,97 +294,121 @@ impl BlockCache {
 }
 
 impl CachedObject {
-    /// The files at `path` (`.bytes`, `.blocks`); made when `create`, with
-    /// a record for an object of `size` bytes.
-    fn open(path: &Path, size: u64, create: bool) -> Option<CachedObject> {
-        let options = |create| {
-            let mut o = OpenOptions::new();
-            o.read(true).write(true).create(create);
-            o
-        };
-        let record = options(create).open(path.with_extension("blocks")).ok()?;
-        let bytes = options(create).open(path.with_extension("bytes")).ok()?;
-        if create && record.metadata().ok()?.len() < RECORD_HEADER {
-            let mut header = RECORD_MAGIC.to_vec();
-            header.extend_from_slice(&size.to_le_bytes());
-            record.write_all_at(&header, 0).ok()?;
+    /// The file at `path`; made (or its record started afresh, if it is no
+    /// record of an object of that size) when `create` gives the object's
+    /// size.
+    fn open(path: &Path, create: Option<u64>) -> Option<CachedObject> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create.is_some())
+            .open(path)
+            .ok()?;
+        let mut header = [0; RECORD_HEADER as usize];
+        if create.is_some_and(|size| size > MAX_OBJECT) {
+            return None;
         }
-        Some(CachedObject { bytes, record })
+        let size = match (file.read_exact_at(&mut header, 0), create) {
+            (Ok(()), _) if &header[..8] == RECORD_MAGIC => {
+                let size = u64::from_le_bytes(header[8..].try_into().expect("8 bytes"));
+                if size > MAX_OBJECT || create.is_some_and(|want| want != size) {
+                    return None;
+                }
+                size
+            }
+            (_, Some(size)) => {
+                let mut header = RECORD_MAGIC.to_vec();
+                header.extend_from_slice(&size.to_le_bytes());
+                file.set_len(0).ok()?;
+                file.write_all_at(&header, 0).ok()?;
+                size
+            }
+            (_, None) => return None,
+        };
+        Some(CachedObject {
+            file,
+            size,
+            data_offset: data_offset(size),
+        })
     }
 
     /// A block's bytes, when its record says it is held and they match.
     fn block(&self, version: &ObjectVersion, block: u64) -> Option<Vec<u8>> {
         let mut entry = [0; ENTRY as usize];
-        self.record.read_exact_at(&mut entry, entry_offset(block)).ok()?;
+        self.file.read_exact_at(&mut entry, entry_offset(block)).ok()?;
         if entry == [0; ENTRY as usize] {
             return None;
         }
         let mut bytes = vec![0; block_len(version, block) as usize];
-        self.bytes.read_exact_at(&mut bytes, block * BLOCK).ok()?;
+        self.file
+            .read_exact_at(&mut bytes, self.data_offset + block * BLOCK)
+            .ok()?;
         (hash_of(&bytes) == entry).then_some(bytes)
     }
 
     /// Writes a block's bytes, then its entry: an entry whose bytes a
     /// crash cut does not match them.
     fn keep(&self, block: u64, bytes: &[u8]) -> io::Result<()> {
-        self.bytes.write_all_at(bytes, block * BLOCK)?;
-        self.record.write_all_at(&hash_of(bytes), entry_offset(block))
+        self.file.write_all_at(bytes, self.data_offset + block * BLOCK)?;
+        self.file.write_all_at(&hash_of(bytes), entry_offset(block))
     }
 
     /// Clears a block's entry and gives its space back to the file system
     /// (where it can punch holes; elsewhere the space stays until the
     /// object's last block goes).
     fn drop_block(&self, block: u64) {
-        let _ = self
-            .record
-            .write_all_at(&[0; ENTRY as usize], entry_offset(block));
+        let _ = self.file.write_all_at(&[0; ENTRY as usize], entry_offset(block));
         // SAFETY: fallocate reads no memory; the descriptor is open.
         unsafe {
             libc::fallocate(
-                self.bytes.as_raw_fd(),
+                self.file.as_raw_fd(),
                 libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                (block * BLOCK) as libc::off_t,
+                (self.data_offset + block * BLOCK) as libc::off_t,
                 BLOCK as libc::off_t,
             );
         }
     }
 
-    /// Sets the record's time to now when older than [`TOUCH_AFTER`], so
+    /// Sets the file's time to now when older than [`TOUCH_AFTER`], so
     /// that the next process to load the folder's account sees the object
     /// as recently used, without a write per read.
     fn touch(&self) {
         let stale = self
-            .record
+            .file
             .metadata()
             .and_then(|m| m.modified())
             .ok()
             .and_then(|t| t.elapsed().ok());
         if stale.is_none_or(|age| age > TOUCH_AFTER) {
-            let _ = self.record.set_modified(SystemTime::now());
+            let _ = self.file.set_modified(SystemTime::now());
         }
     }
 }
 
-/// The blocks a record file says are held, with their lengths.
+/// Where block 0's bytes start in the file of an object of `size` bytes.
+fn data_offset(size: u64) -> u64 {
+    (RECORD_HEADER + size.div_ceil(BLOCK) * ENTRY).next_multiple_of(4096)
+}
+
+/// The blocks an object's file says it holds, with their lengths.
 fn recorded_blocks(path: &Path) -> Vec<(u64, u64)> {
-    let Ok(record) = fs::read(path) else {
+    let Some(object) = CachedObject::open(path, None) else {
         return Vec::new();
     };
-    if record.len() < RECORD_HEADER as usize || &record[..8] != RECORD_MAGIC {
-        return Vec::new();
-    }
-    let size = u64::from_le_bytes(record[8..16].try_into().expect("8 bytes"));
     let version = ObjectVersion {
         etag: String::new(),
-        size,
+        size: object.size,
         mtime_ns: 0,
     };
-    record[RECORD_HEADER as usize..]
+    let mut record = vec![0; (object.size.div_ceil(BLOCK) * ENTRY) as usize];
+    if object.file.read_exact_at(&mut record, RECORD_HEADER).is_err() {
+        return Vec::new();
+    }
+    record
         .chunks_exact(ENTRY as usize)
         .enumerate()
         .filter(|(_, entry)| entry.iter().any(|&b| b != 0))
         .map(|(block, _)| (block as u64, block_len(&version, block as u64)))
-        .filter(|&(_, len)| len > 0)
         .collect()
 }
 
@@ -446,12 +478,12 @@ mod tests {
         cache.put(&url, &v, 0, &[1; BLOCK as usize]);
         cache.put(&url, &v, 1, &[2; BLOCK as usize]);
         // A write a crash cut short: the bytes of block 1 half written.
-        let bytes = cache.path_of(&object_name(&url, &v)).with_extension("bytes");
+        let file = cache.path_of(&object_name(&url, &v));
         File::options()
             .write(true)
-            .open(&bytes)
+            .open(&file)
             .unwrap()
-            .write_all_at(&[9; 100], BLOCK + 5)
+            .write_all_at(&[9; 100], data_offset(v.size) + BLOCK + 5)
             .unwrap();
         let reopened = BlockCache::open(dir.path(), 1 << 30).unwrap();
         assert_eq!(reopened.get(&url, &v, 0), Some(vec![1; BLOCK as usize]));
@@ -477,8 +509,8 @@ mod tests {
             );
             assert!(cache.get(&url, &v, 0).is_some());
             // The evicted block's space went back to the file system.
-            let bytes = cache.path_of(&object_name(&url, &v)).with_extension("bytes");
-            assert!(fs::metadata(bytes).unwrap().blocks() * 512 <= 3 * BLOCK + 4096);
+            let file = cache.path_of(&object_name(&url, &v));
+            assert!(fs::metadata(file).unwrap().blocks() * 512 <= 3 * BLOCK + data_offset(v.size));
         }
         let reopened = BlockCache::open(dir.path(), 3 * BLOCK).unwrap();
         assert!(reopened.get(&url, &v, 3).is_some());
@@ -494,9 +526,7 @@ mod tests {
         let v = version("\"1\"", BLOCK);
         cache.put(&a, &v, 0, &[1; BLOCK as usize]);
         cache.put(&b, &v, 0, &[2; BLOCK as usize]);
-        let a_files = cache.path_of(&object_name(&a, &v));
-        assert!(!a_files.with_extension("bytes").exists());
-        assert!(!a_files.with_extension("blocks").exists());
+        assert!(!cache.path_of(&object_name(&a, &v)).exists());
         assert_eq!(cache.get(&b, &v, 0), Some(vec![2; BLOCK as usize]));
     }
 }
