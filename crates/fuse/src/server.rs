@@ -151,36 +151,25 @@ impl Server {
     pub(crate) fn attr(&self, tree: &Tree, ino: u64, node: &Node) -> FileAttr {
         match &node.entry {
             Entry::Dir { .. } => self.dir_attr(ino, tree.listing_changed_at(ino)),
-            Entry::File(_) => self.attr_of(ino, &node.entry, None),
+            Entry::File(f) => self.attr_of(
+                ino,
+                FileType::RegularFile,
+                f.size,
+                self.ownership.file_mode,
+                time_of(f.mtime_ns),
+            ),
         }
     }
 
     /// A folder's attributes; its mtime is when its entries last changed.
     fn dir_attr(&self, ino: u64, changed: Option<SystemTime>) -> FileAttr {
-        let entry = Entry::Dir {
-            children: Default::default(),
-        };
-        self.attr_of(ino, &entry, changed)
+        let mtime = changed.unwrap_or(self.mounted_at);
+        self.attr_of(ino, FileType::Directory, 0, self.ownership.dir_mode, mtime)
     }
 
-    fn attr_of(&self, ino: u64, entry: &Entry, changed: Option<SystemTime>) -> FileAttr {
+    fn attr_of(&self, ino: u64, kind: FileType, size: u64, perm: u16, mtime: SystemTime) -> FileAttr {
         let own = &self.ownership;
-        let (kind, size, perm, nlink, mtime) = match entry {
-            Entry::Dir { .. } => (
-                FileType::Directory,
-                0,
-                own.dir_mode,
-                2,
-                changed.unwrap_or(self.mounted_at),
-            ),
-            Entry::File(f) => (
-                FileType::RegularFile,
-                f.size,
-                own.file_mode,
-                1,
-                time_of(f.mtime_ns),
-            ),
-        };
+        let nlink = if kind == FileType::Directory { 2 } else { 1 };
         FileAttr {
             ino: INodeNo(ino),
             size,
