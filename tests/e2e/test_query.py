@@ -62,6 +62,7 @@ CASES = [
     ("format:flac genre:jazz", lambda t: t["format"] == "flac" and contains("genre", "jazz")(t)),
     ('title:"kind of"', contains("title", "kind of")),
     ("genre:soul , title:blue", lambda t: contains("genre", "soul")(t) or contains("title", "blue")(t)),
+    ("year:1950..1960 genre:soul -title:zzz", lambda t: contains("genre", "soul")(t)),
     ("added:-1d..", lambda t: True),
     ("added:..-1d", lambda t: False),
     ("added:%d" % time.gmtime().tm_year, lambda t: True),
@@ -79,6 +80,18 @@ def test_paths_print_in_the_view_and_nothing_found_is_said(tagged):
     assert p.stdout.splitlines() == ["Jazz, Soul/Fixture Song.flac"], p.stdout
     p = run("query", "--db", str(tagged), "nothing-has-this")
     assert p.stdout == "" and "no track matches" in p.stderr
+
+
+def test_library_paths_and_ids_print_the_same_tracks_without_a_view(tagged):
+    tracks = export(tagged).values()
+    for text, keep in CASES:
+        matching = sorted((t["id"], t["backing_path"]) for t in tracks if keep(t))
+        ids = run("query", "--db", str(tagged), "--print", "id", "--", text).stdout.split()
+        assert [int(i) for i in ids] == [i for i, _ in matching], text
+        paths = run("query", "--db", str(tagged), "--print", "library", "--", text).stdout.splitlines()
+        assert paths == [p for _, p in matching], text
+    p = run("query", "--db", str(tagged), "--print", "id", "--json", "x", check=False)
+    assert p.returncode == 2 and "cannot be used with" in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("text,at", [('title:"open', 6), ("artist::(", 8), ("year:abc..1990", 5),

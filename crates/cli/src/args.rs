@@ -317,11 +317,24 @@ pub struct QueryArgs {
     #[arg(value_name = "QUERY")]
     pub query: Vec<String>,
     /// Print the matching tracks as JSON, in the shape `export` prints.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "print")]
     pub json: bool,
+    /// What is printed of each matching track, one per line: `view`, its
+    /// path in the view (which is built first, as a mount builds it);
+    /// `library`, its backing file or object; `id`, its track id.
+    #[arg(long, value_enum, default_value_t = Printed::View, value_name = "WHAT")]
+    pub print: Printed,
     /// The view whose paths are printed (as `mount` takes them).
     #[command(flatten)]
     pub view: ViewArgs,
+}
+
+/// What `query` prints of each track.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Printed {
+    View,
+    Library,
+    Id,
 }
 
 #[derive(Args)]

@@ -354,7 +354,7 @@ fn targets(
     let query = crate::query::parse(text)?;
     let db = db.ok_or_else(|| UsageError("--query needs the store: give it with --db".into()))?;
     let store = crate::open_existing(db)?;
-    let ids = crate::query::matching_ids(&store, &query)?;
+    let ids = query.matching_ids(&store)?;
     if ids.is_empty() {
         bail!("no track matches {text:?}: nothing to edit");
     }

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use retagfs_core::view::tree;
 use retagfs_core::{load_tree, Mode};
-use retagfs_store::TrackBundle;
+use retagfs_store::{Store, TrackBundle};
 use std::collections::BTreeMap;
 
 use crate::args::ExportArgs;
@@ -31,7 +31,7 @@ struct TrackJson {
 
 pub fn run(a: ExportArgs) -> anyhow::Result<()> {
     let config = a.view.config(Mode::Synthesis)?;
-    print_tracks(&a.db, &config, Output::Json, |_| true)?;
+    print_tracks(&a.db, &config, Output::Json, |s, f| s.for_each_track(f))?;
     Ok(())
 }
 
@@ -41,17 +41,22 @@ pub enum Output {
     /// An array of objects, as `export` prints.
     Json,
     /// Each track's path in the view, one per line.
-    Paths,
+    ViewPaths,
+    /// Each track's backing file (or object), one per line: no view is
+    /// built.
+    LibraryPaths,
+    /// Each track's id, one per line: no view is built.
+    Ids,
 }
 
-/// Prints the tracks that `keep` keeps, as the store is read: a list of
+/// Prints the tracks that `tracks` gives, as the store is read: a list of
 /// every track would hold the whole library's tags at once. Returns how
 /// many were printed.
 pub fn print_tracks(
     db: &std::path::Path,
     config: &retagfs_core::ViewConfig,
     output: Output,
-    mut keep: impl FnMut(&TrackBundle) -> bool,
+    tracks: impl FnOnce(&Store, &mut dyn FnMut(TrackBundle)) -> retagfs_store::Result<()>,
 ) -> anyhow::Result<u64> {
     let store = crate::open_existing(db)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
@@ -60,37 +65,48 @@ pub fn print_tracks(
     let mut failed: Option<std::io::Error> = None;
     let mut printed = 0;
     store.read_snapshot(|s| {
-        let (tree, _) = load_tree(s, config)?;
-        let path_of = |b: &TrackBundle| tree.path(tree::file_ino(b.track.id)).unwrap_or_default();
-        match output {
-            Output::Json => {
-                let mut json = serde_json::Serializer::pretty(&mut out);
-                let mut seq = match json.serialize_seq(None) {
-                    Ok(seq) => seq,
-                    Err(e) => {
-                        failed = Some(e.into());
-                        return Ok(());
-                    }
-                };
-                s.for_each_track(|b| {
-                    if failed.is_none() && keep(&b) {
-                        printed += 1;
-                        failed = seq.serialize_element(&track_json(&tree, b)).err().map(Into::into);
-                    }
-                })?;
+        let tree = match output {
+            Output::Json | Output::ViewPaths => Some(load_tree(s, config)?.0),
+            Output::LibraryPaths | Output::Ids => None,
+        };
+        let path_of = |b: &TrackBundle| {
+            tree.as_ref()
+                .and_then(|t| t.path(tree::file_ino(b.track.id)))
+                .unwrap_or_default()
+        };
+        if output != Output::Json {
+            return tracks(s, &mut |b| {
                 if failed.is_none() {
-                    failed = seq.end().err().map(Into::into);
-                }
-                if failed.is_none() {
-                    failed = writeln!(out).err();
-                }
-            }
-            Output::Paths => s.for_each_track(|b| {
-                if failed.is_none() && keep(&b) {
                     printed += 1;
-                    failed = writeln!(out, "{}", path_of(&b)).err();
+                    failed = match output {
+                        Output::LibraryPaths => writeln!(out, "{}", b.track.backing_path),
+                        Output::Ids => writeln!(out, "{}", b.track.id),
+                        _ => writeln!(out, "{}", path_of(&b)),
+                    }
+                    .err();
                 }
-            })?,
+            });
+        }
+        let mut json = serde_json::Serializer::pretty(&mut out);
+        let mut seq = match json.serialize_seq(None) {
+            Ok(seq) => seq,
+            Err(e) => {
+                failed = Some(e.into());
+                return Ok(());
+            }
+        };
+        tracks(s, &mut |b| {
+            if failed.is_none() {
+                printed += 1;
+                let path = path_of(&b);
+                failed = seq.serialize_element(&track_json(path, b)).err().map(Into::into);
+            }
+        })?;
+        if failed.is_none() {
+            failed = seq.end().err().map(Into::into);
+        }
+        if failed.is_none() {
+            failed = writeln!(out).err();
         }
         Ok(())
     })?;
@@ -101,14 +117,14 @@ pub fn print_tracks(
     Ok(printed)
 }
 
-fn track_json(tree: &tree::Tree, b: TrackBundle) -> TrackJson {
+fn track_json(path: String, b: TrackBundle) -> TrackJson {
     let mut tags: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (k, v) in b.tags {
         tags.entry(k).or_default().push(v);
     }
     TrackJson {
         id: b.track.id,
-        path: tree.path(tree::file_ino(b.track.id)).unwrap_or_default(),
+        path,
         backing_path: b.track.backing_path,
         format: b.track.format.as_str(),
         tags,

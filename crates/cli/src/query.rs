@@ -2,10 +2,10 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use retagfs_core::query::{Query, QueryTrack};
+use retagfs_core::query::Query;
 use retagfs_core::Mode;
 
-use crate::args::QueryArgs;
+use crate::args::{Printed, QueryArgs};
 use crate::export::{print_tracks, Output};
 use crate::UsageError;
 
@@ -13,8 +13,13 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
     let text = a.query.join(" ");
     let query = parse(&text)?;
     let config = a.view.config(Mode::Synthesis)?;
-    let output = if a.json { Output::Json } else { Output::Paths };
-    let printed = print_tracks(&a.db, &config, output, |b| query.matches(&QueryTrack::of(b)))?;
+    let output = match (a.json, a.print) {
+        (true, _) => Output::Json,
+        (false, Printed::View) => Output::ViewPaths,
+        (false, Printed::Library) => Output::LibraryPaths,
+        (false, Printed::Id) => Output::Ids,
+    };
+    let printed = print_tracks(&a.db, &config, output, |s, f| query.for_each_match(s, f))?;
     if printed == 0 {
         eprintln!("retagfs: no track matches {text:?}");
     }
@@ -33,17 +38,4 @@ pub fn parse(text: &str) -> anyhow::Result<Query> {
         ))
         .into()
     })
-}
-
-/// The ids of the tracks that match `query`, in id order.
-pub fn matching_ids(store: &retagfs_store::Store, query: &Query) -> anyhow::Result<Vec<i64>> {
-    let mut ids = Vec::new();
-    store.read_snapshot(|s| {
-        s.for_each_track(|b| {
-            if query.matches(&QueryTrack::of(&b)) {
-                ids.push(b.track.id);
-            }
-        })
-    })?;
-    Ok(ids)
 }

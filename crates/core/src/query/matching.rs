@@ -1,10 +1,10 @@
 //! A query's terms tested against a track.
 
-use super::fold::fold;
+use super::fold::contains_folded;
 use super::{QueryTrack, Range, Term, Test};
 
 /// What bare words are looked for in.
-const COMMON_FIELDS: &[&str] = &["artist", "albumartist", "album", "title"];
+pub(super) const COMMON_FIELDS: &[&str] = &["artist", "albumartist", "album", "title"];
 
 impl Term {
     pub(super) fn matches(&self, track: &QueryTrack<'_>) -> bool {
@@ -24,9 +24,9 @@ impl Term {
 
 impl Test {
     /// Whether any of a field's values passes (multi-valued fields).
-    fn matches_any<'v>(&self, mut values: impl Iterator<Item = &'v str>) -> bool {
+    pub(super) fn matches_any<'v>(&self, mut values: impl Iterator<Item = &'v str>) -> bool {
         match self {
-            Test::Contains(needle) => values.any(|v| fold(v).contains(needle.as_str())),
+            Test::Contains(needle) => values.any(|v| contains_folded(v, needle)),
             Test::Exact(exact) => values.any(|v| v == exact),
             Test::Regex(re) => values.any(|v| re.is_match(v)),
             Test::Range(Range::Number(from, to)) => values.any(|v| {
@@ -64,9 +64,14 @@ fn tag_values<'a>(track: &'a QueryTrack<'a>, key: &'a str) -> impl Iterator<Item
 /// The first four digits of `date`, or of `year` where a track has no
 /// date.
 fn year<'a>(track: &'a QueryTrack<'a>) -> Option<&'a str> {
-    let four_digits = |v: &'a str| v.get(..4).filter(|y| y.bytes().all(|b| b.is_ascii_digit()));
-    let first = |key| tag_values(track, key).find_map(four_digits);
+    let first = |key| tag_values(track, key).find_map(year_digits);
     first("date").or_else(|| first("year"))
+}
+
+/// The year a `date` or `year` value starts with: its first four
+/// characters, when they are digits.
+pub(super) fn year_digits(value: &str) -> Option<&str> {
+    value.get(..4).filter(|y| y.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The number a value starts with: `3` of "3/12", `128.5` of "128.5 BPM".

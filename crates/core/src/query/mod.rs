@@ -3,14 +3,16 @@
 //! `albumartist:=`, `added:-30d..`, `beyonce , adele`.
 
 mod fold;
+mod in_store;
 mod matching;
 mod parse;
+mod prefilter;
 
 use std::fmt;
 
 use regex::Regex;
 
-pub use fold::fold;
+pub use fold::{contains_folded, fold};
 
 /// A parsed query: any of its alternatives matches when all of that
 /// alternative's terms do. An empty query matches every track.
@@ -29,7 +31,7 @@ struct Term {
     test: Test,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Test {
     /// A folded substring of a folded value.
     Contains(String),
@@ -41,7 +43,7 @@ enum Test {
 }
 
 /// Inclusive bounds; None is open.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Range {
     Number(Option<f64>, Option<f64>),
     /// Seconds since the epoch.

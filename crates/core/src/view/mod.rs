@@ -219,17 +219,11 @@ impl View {
     /// live: its tracks found in the store, placed as in the tree.
     pub fn open_search(&self, name: &str) -> Result<Arc<Tree>, SearchError> {
         let matching = |query: &Query| {
-            let mut ids = Vec::new();
-            self.pool
+            let ids = self
+                .pool
                 .with(|store| {
-                    store
-                        .read_snapshot(|s| {
-                            s.for_each_track(|b| {
-                                if query.matches(&QueryTrack::of(&b)) {
-                                    ids.push(b.track.id);
-                                }
-                            })
-                        })
+                    query
+                        .matching_ids(store)
                         .map_err(|e| io::Error::other(e.to_string()))
                 })
                 .map_err(anyhow::Error::from)?;
