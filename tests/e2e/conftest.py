@@ -4,6 +4,7 @@ committed fixture files, a store scanned from it, and real FUSE mounts."""
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -14,6 +15,9 @@ BIN = os.environ.get("RETAGFS_BIN", os.path.join(ROOT, "target", "release", "ret
 
 
 def pytest_configure(config):
+    # No configuration file of the machine's user changes what is tested.
+    os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="retagfs-test-config-")
+    os.environ.pop("RETAGFS_CONFIG", None)
     config.addinivalue_line(
         "markers", "once: does not depend on how requests reach the daemon; "
         "tests/e2e/run.sh runs it in its first pass only")

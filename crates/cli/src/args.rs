@@ -20,6 +20,12 @@ pub struct Cli {
     /// More log output on stderr (-v info, -vv debug).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    /// Settings file (TOML): keys are long options without their dashes,
+    /// and become those options' defaults (`template = "$artist/$title"`;
+    /// `[mount]` for one command's). Flags override it [default:
+    /// $XDG_CONFIG_HOME/retagfs/config.toml, when it exists].
+    #[arg(long, global = true, value_name = "FILE", env = "RETAGFS_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }

@@ -1,6 +1,7 @@
 //! The `retagfs` command line.
 
 mod args;
+mod config_file;
 mod dry_run;
 mod edit;
 mod edit_transaction;
@@ -17,7 +18,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::bail;
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use retagfs_store::Store;
 
 use args::{Cli, Command};
@@ -134,7 +135,13 @@ fn keep_c_heap() {
 
 fn main() -> ExitCode {
     keep_c_heap();
-    let cli = Cli::parse();
+    let cli = match parse_command_line() {
+        Ok(cli) => cli,
+        Err(e) => {
+            eprintln!("retagfs: error: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     init_logging(cli.verbose);
     // SAFETY: no other thread exists yet, and SQLite has not been used.
     if !unsafe { retagfs_store::configure_sqlite() } {
@@ -171,6 +178,18 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// The command line, with the configuration file's settings as defaults.
+/// clap's own errors (and `--help`) end the process as clap does.
+fn parse_command_line() -> Result<Cli, UsageError> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut cmd = Cli::command();
+    if let Some(path) = config_file::locate(&args) {
+        cmd = config_file::apply(cmd, &path)?;
+    }
+    let matches = cmd.try_get_matches_from(&args).unwrap_or_else(|e| e.exit());
+    Ok(Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit()))
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {

@@ -1,0 +1,62 @@
+"""End-to-end: the configuration file. Its keys are long options that
+become defaults (a flag wins), at the top for every command or in a
+command's table; it is found by --config, RETAGFS_CONFIG or under
+XDG_CONFIG_HOME; an error in it names the line. Nothing here mounts:
+these run once."""
+
+import os
+
+import pytest
+
+from conftest import run
+
+pytestmark = pytest.mark.once
+
+
+def paths(*args, **kw):
+    return sorted(run("query", "--print", "view", *args, **kw).stdout.splitlines())
+
+
+def test_a_key_at_the_top_is_every_commands_default_and_a_flag_wins(tmp_path, store):
+    config = tmp_path / "retagfs.toml"
+    config.write_text(f'db = "{store}"\ntemplate = "$format/$title"\n'
+                      '[export]\ntemplate = "$format"\n')
+    by_file = paths("--config", str(config))
+    assert by_file and all(p.count("/") == 1 for p in by_file), by_file
+    assert any(p.startswith("flac/") for p in by_file), by_file
+    by_flag = paths("--config", str(config), "--template", "$title")
+    assert by_flag and all("/" not in p for p in by_flag), by_flag
+    exported = run("export", "--config", str(config)).stdout
+    assert '"path": "flac' in exported and '"path": "flac/' not in exported, exported[:400]
+
+
+def test_the_file_is_found_by_variable_and_in_the_users_folder(tmp_path, store):
+    config = tmp_path / "named.toml"
+    config.write_text('template = "$format/$title"\n')
+    env = {**os.environ, "RETAGFS_CONFIG": str(config)}
+    assert all(p.count("/") == 1 for p in paths("--db", str(store), env=env))
+    home = tmp_path / "xdg"
+    (home / "retagfs").mkdir(parents=True)
+    (home / "retagfs" / "config.toml").write_text('template = "$title"\n')
+    env = {**os.environ, "XDG_CONFIG_HOME": str(home)}
+    assert all("/" not in p for p in paths("--db", str(store), env=env))
+
+
+@pytest.mark.parametrize("text,says", [
+    ('\n\ntemplat = "x"\n', "line 3: `templat` is not an option of any command"),
+    ('[mount]\nread-ahead = "sometimes"\n', "line 2: `read-ahead`: invalid value 'sometimes'"),
+    ('[query]\nread-ahead = "off"\n', "line 2: `read-ahead` is not an option of `retagfs query`"),
+    ('template = ["$a", "$b"]\n', "line 1: `template` takes one value, not a list"),
+    ('template = "open\n', "TOML parse error at line 1"),
+])
+def test_an_error_in_the_file_names_its_line_and_is_a_usage_error(tmp_path, store, text, says):
+    config = tmp_path / "bad.toml"
+    config.write_text(text)
+    p = run("query", "--db", str(store), "--config", str(config), "x", check=False)
+    assert p.returncode == 2, p.stderr
+    assert str(config) in p.stderr and says in p.stderr, p.stderr
+
+
+def test_a_named_file_that_is_missing_is_an_error(tmp_path, store):
+    p = run("query", "--db", str(store), "--config", str(tmp_path / "none.toml"), "x", check=False)
+    assert p.returncode == 2 and "cannot read the configuration file" in p.stderr, p.stderr
