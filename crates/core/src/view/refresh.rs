@@ -102,7 +102,11 @@ impl View {
                 let mut tree = self.tree.write();
                 out.tracks = changed.len();
                 for (id, placement) in &changed {
-                    tree.replace(file_ino(*id), placement.clone(), &mut out.invalidations);
+                    tree.replace(
+                        file_ino(*id),
+                        placement.iter().cloned().collect(),
+                        &mut out.invalidations,
+                    );
                 }
                 tree.note_listing_changes(&out.invalidations, None);
                 self.searches

@@ -221,7 +221,7 @@ impl Searches {
             let mut changes = Invalidations::default();
             for (track, matched) in changed {
                 let placement = matched.contains(id).then(|| placed(*track)).flatten();
-                tree.replace(file_ino(*track), placement, &mut changes);
+                tree.replace(file_ino(*track), placement.into_iter().collect(), &mut changes);
             }
             tree.note_listing_changes(&changes, None);
         }

@@ -206,6 +206,9 @@ pub struct Tree {
     /// tell a moved file from one whose contents changed (a hash: the
     /// paths themselves would cost ~100 bytes per track).
     rendered: HashMap<u64, u64>,
+    /// The other places of a file placed more than once (several views):
+    /// (parent, name) of each; its node holds the first.
+    links: HashMap<u64, Vec<(u64, Arc<str>)>>,
     /// When a live refresh last changed a directory's entries. Served as
     /// the directory's mtime: the kernel drops a cached listing whose
     /// directory mtime changed (which closes the race of a listing read
@@ -220,7 +223,8 @@ pub struct Tree {
     next_dir_ino: Option<u64>,
 }
 
-/// A tree built from placements given one by one in track id order:
+/// A tree built from placements given one by one in track id order (a
+/// track placed several times, its placements one after the other):
 /// directories as they come, files at the end, so a file never takes a
 /// name a directory needs.
 #[derive(Default)]
@@ -240,9 +244,7 @@ impl TreeBuilder {
             return;
         }
         let (comps, stem) = split_path(&p.path);
-        self.tree
-            .rendered
-            .insert(file_ino(p.file.track_id), path_hash(&p.path));
+        self.tree.note_rendered(file_ino(p.file.track_id), &p.path);
         let dir = match &self.last_dir {
             Some((prev, dir)) if *prev == comps => *dir,
             _ => {
@@ -447,6 +449,7 @@ impl Tree {
             dir_count: 1,
             next_suffix: HashMap::default(),
             rendered: HashMap::default(),
+            links: HashMap::default(),
             listing_changed: HashMap::default(),
             root,
             next_dir_ino,
@@ -495,49 +498,108 @@ impl Tree {
         builder.finish()
     }
 
-    /// Places one more track, creating its directories as needed. Returns
-    /// (parent, name) of every entry that is new.
+    /// Places a track (once more, if it is placed already), creating its
+    /// directories as needed. Returns (parent, name) of every entry that
+    /// is new.
     pub fn place(&mut self, p: Placement) -> Vec<(u64, String)> {
         if !servable(&p) {
             return Vec::new();
         }
         let (comps, stem) = split_path(&p.path);
-        self.rendered
-            .insert(file_ino(p.file.track_id), path_hash(&p.path));
+        let ino = file_ino(p.file.track_id);
+        self.note_rendered(ino, &p.path);
         let mut added = Vec::new();
         let dir = self.ensure_dirs(&comps, &mut added);
-        let ino = self.insert_file(dir, &stem, p.file);
-        added.push((dir, self.nodes[&ino].name.to_string()));
+        let places_before = self.link_count(ino);
+        self.insert_file(dir, &stem, p.file);
+        if self.link_count(ino) > places_before {
+            let name = self.name_in(dir, ino).expect("just placed there");
+            added.push((dir, name.to_string()));
+        }
         added
     }
 
-    /// Applies a track's new placement: in place when its rendered path is
-    /// unchanged (name and inode kept), else removed and placed again.
-    pub fn replace(&mut self, ino: u64, p: Option<Placement>, out: &mut Invalidations) {
+    /// Notes a path a file was placed at: a hash of all of them, in order.
+    fn note_rendered(&mut self, ino: u64, path: &str) {
+        let hash = path_hash(path);
+        self.rendered
+            .entry(ino)
+            .and_modify(|h| *h = h.rotate_left(5) ^ hash)
+            .or_insert(hash);
+    }
+
+    /// Applies a track's new placements (none once it is gone): in place
+    /// when its rendered paths are unchanged (names and inode kept), else
+    /// removed and placed again.
+    pub fn replace(&mut self, ino: u64, placements: Vec<Placement>, out: &mut Invalidations) {
         let existed = self.nodes.contains_key(&ino);
-        match p {
-            Some(p) if self.rendered.get(&ino) == Some(&path_hash(&p.path)) => {
+        let rendered = placements
+            .iter()
+            .map(|p| path_hash(&p.path))
+            .reduce(|h, next| h.rotate_left(5) ^ next);
+        match placements.first() {
+            Some(p) if rendered.is_some() && self.rendered.get(&ino) == rendered.as_ref() => {
+                let file = p.file.clone();
                 if let Some(Entry::File(f)) = self.nodes.get_mut(&ino).map(|n| &mut n.entry) {
-                    *f = p.file;
+                    *f = file;
                 }
             }
-            Some(p) => {
+            _ => {
                 out.entries.extend(self.remove_file(ino));
-                out.entries.extend(self.place(p));
+                for p in placements {
+                    out.entries.extend(self.place(p));
+                }
             }
-            None => out.entries.extend(self.remove_file(ino)),
         }
         if existed {
             out.inodes.push(ino);
         }
     }
 
+    /// How many places a file is in (0 for no file).
+    pub fn link_count(&self, ino: u64) -> usize {
+        match self.nodes.get(&ino).map(|n| &n.entry) {
+            Some(Entry::File(_)) => 1 + self.links.get(&ino).map_or(0, Vec::len),
+            _ => 0,
+        }
+    }
+
+    /// Every (parent, name) a node is at: one for a directory, one or more
+    /// for a file.
+    fn places(&self, ino: u64) -> Vec<(u64, &str)> {
+        let Some(node) = self.nodes.get(&ino) else {
+            return Vec::new();
+        };
+        let links = self.links.get(&ino).into_iter().flatten();
+        std::iter::once((node.parent, &*node.name))
+            .chain(links.map(|(parent, name)| (*parent, &**name)))
+            .collect()
+    }
+
+    /// The name a node has in directory `dir`, if it is there.
+    fn name_in(&self, dir: u64, ino: u64) -> Option<&Arc<str>> {
+        let node = self.nodes.get(&ino)?;
+        if node.parent == dir {
+            return Some(&node.name);
+        }
+        let links = self.links.get(&ino)?;
+        links
+            .iter()
+            .find(|(parent, _)| *parent == dir)
+            .map(|(_, name)| name)
+    }
+
     /// What the kernel must forget when `self` is replaced by `new`.
     pub fn diff(&self, new: &Tree) -> Invalidations {
         let mut out = Invalidations::default();
+        let entries = |tree: &Tree, ino: u64| -> Vec<(u64, String)> {
+            let places = tree.places(ino).into_iter();
+            places.map(|(parent, name)| (parent, name.to_string())).collect()
+        };
         for (ino, old) in self.nodes.iter() {
+            let same_places = new.nodes.contains_key(ino) && self.places(*ino) == new.places(*ino);
             match new.nodes.get(ino) {
-                Some(n) if n.parent == old.parent && n.name == old.name => {
+                Some(n) if same_places => {
                     if let (Entry::File(a), Entry::File(b)) = (&old.entry, &n.entry) {
                         if a != b {
                             out.inodes.push(*ino);
@@ -546,7 +608,7 @@ impl Tree {
                 }
                 other => {
                     if *ino != self.root {
-                        out.entries.push((old.parent, old.name.to_string()));
+                        out.entries.extend(entries(self, *ino));
                     }
                     if other.is_some() {
                         out.inodes.push(*ino);
@@ -554,49 +616,54 @@ impl Tree {
                 }
             }
         }
-        for (ino, n) in new.nodes.iter() {
-            let same = self
-                .nodes
-                .get(ino)
-                .is_some_and(|o| o.parent == n.parent && o.name == n.name);
+        for (ino, _) in new.nodes.iter() {
+            let same = self.nodes.contains_key(ino) && self.places(*ino) == new.places(*ino);
             if !same && *ino != self.root {
-                out.entries.push((n.parent, n.name.to_string()));
+                out.entries.extend(entries(new, *ino));
             }
         }
         out
     }
 
-    /// Removes a file and the directories it leaves empty. Returns (parent,
-    /// name) of every entry that went away.
+    /// Removes a file, from every place it is in, and the directories it
+    /// leaves empty. Returns (parent, name) of every entry that went away.
     pub fn remove_file(&mut self, ino: u64) -> Vec<(u64, String)> {
         let mut removed = Vec::new();
         if !matches!(self.nodes.get(&ino).map(|n| &n.entry), Some(Entry::File(_))) {
             return removed;
         }
+        let node = self.nodes.remove(&ino).expect("a file, above");
         self.rendered.remove(&ino);
-        let mut victim = ino;
-        while victim != self.root {
-            let Some(node) = self.nodes.remove(&victim) else {
-                break;
-            };
-            if matches!(node.entry, Entry::Dir { .. }) {
-                self.dir_count -= 1;
-            }
-            let parent_empty = match self.nodes.get_mut(&node.parent).map(|n| &mut n.entry) {
+        let mut places = vec![(node.parent, node.name)];
+        places.extend(self.links.remove(&ino).unwrap_or_default());
+        for (parent, name) in places {
+            self.unlink(parent, name, &mut removed);
+        }
+        removed
+    }
+
+    /// Removes entry `name` of directory `parent`, then each directory that
+    /// leaves empty, pushing (parent, name) of each entry removed.
+    fn unlink(&mut self, mut parent: u64, mut name: Arc<str>, removed: &mut Vec<(u64, String)>) {
+        loop {
+            let parent_empty = match self.nodes.get_mut(&parent).map(|n| &mut n.entry) {
                 Some(Entry::Dir { children }) => {
-                    children.remove(&node.name);
+                    children.remove(&name);
                     children.is_empty()
                 }
                 _ => false,
             };
-            self.forget_suffix(node.parent, &node.name);
-            removed.push((node.parent, node.name.to_string()));
-            if !parent_empty {
-                break;
+            self.forget_suffix(parent, &name);
+            removed.push((parent, name.to_string()));
+            if !parent_empty || parent == self.root {
+                return;
             }
-            victim = node.parent;
+            let Some(dir) = self.nodes.remove(&parent) else {
+                return;
+            };
+            self.dir_count -= 1;
+            (parent, name) = (dir.parent, dir.name);
         }
-        removed
     }
 
     /// The directory for these components, created as needed; new entries
@@ -659,7 +726,13 @@ impl Tree {
     }
 
     /// Adds a file under `dir`, suffixing ` (2)`, ` (3)`... on a name clash.
+    /// A file already in the tree gets one more place (none more in a
+    /// directory it is in already).
     pub fn insert_file(&mut self, dir: u64, stem: &str, file: FileEntry) -> u64 {
+        let ino = file_ino(file.track_id);
+        if self.nodes.contains_key(&ino) && self.name_in(dir, ino).is_some() {
+            return ino;
+        }
         let numbered;
         let stem = if stem.is_empty() {
             numbered = format!("track {}", file.track_id);
@@ -682,7 +755,14 @@ impl Tree {
             }
             self.next_suffix.entry(dir).or_default().insert(base, n);
         }
-        let ino = file_ino(file.track_id);
+        if self.nodes.contains_key(&ino) {
+            let name: Arc<str> = name.into();
+            if let Some(Entry::Dir { children }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
+                children.insert(name.clone(), ino);
+            }
+            self.links.entry(ino).or_default().push((dir, name));
+            return ino;
+        }
         self.add_child(dir, name, ino, Entry::File(file));
         ino
     }
@@ -720,10 +800,9 @@ impl Tree {
             0..=2 => Some(Bound::Unbounded),
             cookie => {
                 let last = ino_of_listing_cookie(cookie);
-                self.nodes
-                    .get(&last)
-                    .filter(|n| n.parent == dir && children.get(&n.name) == Some(&last))
-                    .map(|n| Bound::Excluded(&*n.name))
+                self.name_in(dir, last)
+                    .filter(|name| children.get(&***name) == Some(&last))
+                    .map(|name| Bound::Excluded(&**name))
             }
         };
         let after = from
@@ -952,7 +1031,7 @@ mod tests {
         let (a, b) = (t.child(ROOT_INO, "A").unwrap(), t.child(ROOT_INO, "B").unwrap());
         assert_eq!(t.listing_changed_at(b), None);
         let mut out = Invalidations::default();
-        t.replace(file_ino(2), Some(place(2, "B/w")), &mut out);
+        t.replace(file_ino(2), vec![place(2, "B/w")], &mut out);
         t.note_listing_changes(&out, None);
         assert!(t.listing_changed_at(b).is_some());
         assert_eq!(t.listing_changed_at(a), None);
@@ -1001,7 +1080,7 @@ mod tests {
         // an album renamed again and again.
         for i in 0..1000 {
             for id in [2, 3] {
-                t.replace(file_ino(id), Some(place(id, &format!("D{i}/x"))), &mut out);
+                t.replace(file_ino(id), vec![place(id, &format!("D{i}/x"))], &mut out);
             }
         }
         let last = t.child(ROOT_INO, "D999").unwrap();
@@ -1014,9 +1093,9 @@ mod tests {
         assert!(t.nodes.slots.len() <= 8, "{} slots", t.nodes.slots.len());
 
         // The name freed, the next file of that name takes it as it is.
-        t.replace(file_ino(2), None, &mut out);
+        t.replace(file_ino(2), vec![], &mut out);
         assert!(t.next_suffix.is_empty());
-        t.replace(file_ino(4), Some(place(4, "D999/x")), &mut out);
+        t.replace(file_ino(4), vec![place(4, "D999/x")], &mut out);
         assert_eq!(t.child(last, "x.flac"), Some(file_ino(4)));
     }
 
@@ -1076,7 +1155,7 @@ mod tests {
         let (first, offset) = page(&t, dir, 0, 10);
         // A refresh removes an entry already listed.
         let gone = t.child(dir, &first[5]).unwrap();
-        t.replace(gone, None, &mut Invalidations::default());
+        t.replace(gone, vec![], &mut Invalidations::default());
         let (rest, _) = page(&t, dir, offset, usize::MAX);
         assert_eq!([first, rest].concat(), whole);
         // Resuming after an entry that is gone ends the listing.
@@ -1180,5 +1259,77 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_track_placed_in_several_folders_is_one_file_in_each() {
+        let t = Tree::build(vec![
+            place(1, "Genres/Jazz/a"),
+            place(1, "Genres/Soul/a"),
+            place(1, "Genres/Jazz/a"),
+            place(2, "Genres/Jazz/b"),
+        ]);
+        let ino = file_ino(1);
+        assert_eq!(t.link_count(ino), 2, "once per folder");
+        assert_eq!(t.file_count(), 2);
+        let genres = t.child(ROOT_INO, "Genres").unwrap();
+        let (jazz, soul) = (t.child(genres, "Jazz").unwrap(), t.child(genres, "Soul").unwrap());
+        assert_eq!(
+            (t.child(jazz, "a.flac"), t.child(soul, "a.flac")),
+            (Some(ino), Some(ino))
+        );
+        let listed = |dir, offset| -> Vec<(String, u64)> {
+            let entries = t.listing(dir, offset).unwrap();
+            entries
+                .map(|(_, name, cookie)| (name.to_string(), cookie))
+                .collect()
+        };
+        let cookie_of = |dir, name: &str| listed(dir, 0).into_iter().find(|(n, _)| n == name).unwrap().1;
+        let names = |entries: Vec<(String, u64)>| entries.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+        assert_eq!(names(listed(jazz, cookie_of(jazz, "a.flac"))), ["b.flac"]);
+        assert!(
+            listed(soul, cookie_of(soul, "a.flac")).is_empty(),
+            "resumed in the second place"
+        );
+    }
+
+    #[test]
+    fn a_file_in_several_places_leaves_each_and_the_folders_it_empties() {
+        let mut t = Tree::build(vec![
+            place(1, "G/Jazz/a"),
+            place(1, "G/Soul/a"),
+            place(2, "G/Jazz/b"),
+        ]);
+        let g = t.child(ROOT_INO, "G").unwrap();
+        let mut out = Invalidations::default();
+        t.replace(
+            file_ino(1),
+            vec![place(1, "G/Jazz/a"), place(1, "G/Funk/a")],
+            &mut out,
+        );
+        assert_eq!(
+            t.file_paths(),
+            ["G/Funk/a.flac", "G/Jazz/a.flac", "G/Jazz/b.flac"]
+        );
+        assert!(out.entries.contains(&(g, "Soul".to_string())), "{out:?}");
+        assert!(out.entries.contains(&(g, "Funk".to_string())), "{out:?}");
+        t.replace(file_ino(1), vec![], &mut out);
+        assert_eq!(t.file_paths(), ["G/Jazz/b.flac"]);
+        assert_eq!((t.link_count(file_ino(1)), t.dir_count()), (0, 3));
+    }
+
+    #[test]
+    fn the_same_places_keep_their_names_and_a_diff_sees_a_place_change() {
+        let a = Tree::build(vec![place(1, "X/a"), place(1, "Y/a")]);
+        let mut b = a.clone();
+        let mut out = Invalidations::default();
+        b.replace(file_ino(1), vec![place(1, "X/a"), place(1, "Y/a")], &mut out);
+        assert!(out.entries.is_empty(), "{out:?}");
+        let c = Tree::build(vec![place(1, "X/a"), place(1, "Z/a")]);
+        let diff = a.diff(&c);
+        let y = a.child(ROOT_INO, "Y").unwrap();
+        assert!(diff.entries.contains(&(y, "a.flac".to_string())), "{diff:?}");
+        assert!(diff.inodes.contains(&file_ino(1)));
+        assert!(a.diff(&a.clone()).entries.is_empty());
     }
 }
