@@ -105,6 +105,17 @@ impl Command {
             Command::Import(a) => Some(&a.db),
         }
     }
+
+    /// How the command lays out the view, when it does.
+    pub fn view_args_mut(&mut self) -> Option<&mut ViewArgs> {
+        match self {
+            Command::Mount(a) => Some(&mut a.view),
+            Command::Serve(a) => Some(&mut a.view),
+            Command::Export(a) => Some(&mut a.view),
+            Command::Query(a) => Some(&mut a.view),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Args)]
@@ -174,6 +185,9 @@ pub struct ViewArgs {
     /// spaces go, and device names such as `CON` or `nul.live` get a `_`.
     #[arg(long)]
     pub windows_names: bool,
+    /// The configuration file's `[[view]]`s: several views at the root.
+    #[arg(skip)]
+    pub views: Vec<crate::config_views::ViewDefinition>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -486,12 +500,27 @@ impl ViewArgs {
             fallbacks.per_field.insert(k.trim().to_lowercase(), v.to_string());
         }
         fallbacks.default = self.default_fallback.clone();
+        let views = self.views.iter().map(|v| {
+            let mut own = fallbacks.clone();
+            own.per_field.extend(v.fallbacks.iter().cloned());
+            if v.default_fallback.is_some() {
+                own.default = v.default_fallback.clone();
+            }
+            retagfs_core::view::views::ViewSpec {
+                name: v.name.clone(),
+                template: v.template.clone(),
+                query: v.query.clone(),
+                fallbacks: own,
+            }
+        });
+        let views = views.collect();
         Ok(retagfs_core::ViewConfig {
             template,
             fallbacks,
             mode,
             synthesis: Default::default(),
             windows_names: self.windows_names,
+            views,
         })
     }
 }

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use clap::{Arg, ArgAction, Command};
 use toml_edit::{Document, Item, Value};
 
+use crate::config_views::{views_of, ViewDefinition};
 use crate::UsageError;
 
 /// The option that names the file, and its variable.
@@ -61,9 +62,10 @@ fn named_on_command_line(args: &[OsString]) -> Option<PathBuf> {
     None
 }
 
-/// `cmd` with the file's settings as its options' defaults. An error names
-/// the file, the line and what is wrong with it.
-pub fn apply(cmd: Command, path: &Path) -> Result<Command, UsageError> {
+/// `cmd` with the file's settings as its options' defaults, and the views
+/// its `[[view]]` tables define. An error names the file, the line and
+/// what is wrong with it.
+pub fn apply(cmd: Command, path: &Path) -> Result<(Command, Vec<ViewDefinition>), UsageError> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         UsageError(format!(
             "cannot read the configuration file {}: {e}",
@@ -77,6 +79,7 @@ pub fn apply(cmd: Command, path: &Path) -> Result<Command, UsageError> {
         line: span.map_or(1, |s| text[..s.start].matches('\n').count() + 1),
     };
     let mut cmd = cmd;
+    let mut views = Vec::new();
     let root = document.as_table();
     for (key, item) in root.iter() {
         let place = at(root.key(key).and_then(|k| k.span()));
@@ -99,12 +102,16 @@ pub fn apply(cmd: Command, path: &Path) -> Result<Command, UsageError> {
                 }
                 cmd.mut_subcommand(key, |_| sub)
             }
+            Item::ArrayOfTables(tables) if key == "view" => {
+                views = views_of(tables, &|span, what| at(span).error(what))?;
+                cmd
+            }
             Item::ArrayOfTables(_) | Item::None => {
                 return Err(place.error(format!("[[{key}]] is not a setting of retagfs")))
             }
         };
     }
-    Ok(cmd)
+    Ok((cmd, views))
 }
 
 /// Where a setting is written.
@@ -273,7 +280,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.toml");
         std::fs::write(&path, file).unwrap();
-        let cmd = apply(<Cli as clap::CommandFactory>::command(), &path).map_err(|e| e.0)?;
+        let (cmd, _) = apply(<Cli as clap::CommandFactory>::command(), &path).map_err(|e| e.0)?;
         let matches = cmd.try_get_matches_from(args).map_err(|e| e.to_string())?;
         let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches).map_err(|e| e.to_string())?;
         Ok(cli.command)
@@ -332,7 +339,27 @@ mod tests {
                 "line 1: `template` takes one value, not a list",
             ),
             ("[nope]\n", "line 1: [nope] is not a command"),
-            ("[[view]]\nname = \"x\"\n", "line 1: [[view]] is not a setting"),
+            ("[[views]]\nname = \"x\"\n", "line 1: [[views]] is not a setting"),
+            (
+                "[[view]]\nname = \"x\"\ntemplat = \"$a\"\n",
+                "line 3: a view has no `templat`",
+            ),
+            (
+                "[[view]]\nname = \"a/b\"\ntemplate = \"$a\"\n",
+                "line 2: view \"a/b\": a view's name is one folder",
+            ),
+            (
+                "[[view]]\nname = \"x\"\ntemplate = \"$a\"\nquery = \"year:..\"\n",
+                "line 4: view \"x\": invalid query",
+            ),
+            (
+                "[[view]]\nname = \"x\"\n",
+                "line 1: view \"x\" needs a `template`",
+            ),
+            (
+                "[[view]]\nname = \"x\"\ntemplate = \"$a\"\n[[view]]\nname = \"x\"\ntemplate = \"$b\"\n",
+                "line 5: two views are named",
+            ),
             ("template = \"open\n", "TOML parse error at line 1"),
             (
                 "config = \"other.toml\"\n",

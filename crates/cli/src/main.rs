@@ -2,6 +2,7 @@
 
 mod args;
 mod config_file;
+mod config_views;
 mod dry_run;
 mod edit;
 mod edit_transaction;
@@ -185,11 +186,16 @@ fn main() -> ExitCode {
 fn parse_command_line() -> Result<Cli, UsageError> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let mut cmd = Cli::command();
+    let mut views = Vec::new();
     if let Some(path) = config_file::locate(&args) {
-        cmd = config_file::apply(cmd, &path)?;
+        (cmd, views) = config_file::apply(cmd, &path)?;
     }
     let matches = cmd.try_get_matches_from(&args).unwrap_or_else(|e| e.exit());
-    Ok(Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit()))
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Some(view) = cli.command.view_args_mut() {
+        view.views = views;
+    }
+    Ok(cli)
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {

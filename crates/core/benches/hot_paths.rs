@@ -95,6 +95,7 @@ fn view() -> ViewConfig {
         mode: Mode::Synthesis,
         synthesis: Default::default(),
         windows_names: false,
+        views: Vec::new(),
     }
 }
 

@@ -151,13 +151,17 @@ impl Server {
     pub(crate) fn attr(&self, tree: &Tree, ino: u64, node: &Node) -> FileAttr {
         match &node.entry {
             Entry::Dir { .. } => self.dir_attr(ino, tree.listing_changed_at(ino)),
-            Entry::File(f) => self.attr_of(
-                ino,
-                FileType::RegularFile,
-                f.size,
-                self.ownership.file_mode,
-                time_of(f.mtime_ns),
-            ),
+            Entry::File(f) => FileAttr {
+                // One file in each folder of each view that shows it.
+                nlink: tree.link_count(ino).max(1) as u32,
+                ..self.attr_of(
+                    ino,
+                    FileType::RegularFile,
+                    f.size,
+                    self.ownership.file_mode,
+                    time_of(f.mtime_ns),
+                )
+            },
         }
     }
 

@@ -78,6 +78,7 @@ fn small_view() -> (tempfile::TempDir, std::sync::Arc<retagfs_core::View>) {
         mode: retagfs_core::Mode::Synthesis,
         synthesis: Default::default(),
         windows_names: false,
+        views: Vec::new(),
     };
     let view = retagfs_core::View::load(&db, config).expect("view");
     (dir, std::sync::Arc::new(view))

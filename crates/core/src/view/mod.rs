@@ -10,6 +10,7 @@ mod render;
 pub mod search;
 pub mod template;
 pub mod tree;
+pub mod views;
 pub mod watch;
 
 use backing::{open_backing, BackingFile, Sources};
@@ -573,7 +574,7 @@ const RANGE_SLACK: i64 = 8;
 #[cfg(test)]
 mod tests {
     use super::connection_pool::RECHECK;
-    use super::render::{load_placement, RENDER_BATCH};
+    use super::render::{load_placements, RENDER_BATCH};
     use super::*;
     use retagfs_store::{Format, ScannedTrack, Stamps};
 
@@ -610,6 +611,7 @@ mod tests {
             mode,
             synthesis: SynthesisOptions::default(),
             windows_names: false,
+            views: Vec::new(),
         }
     }
 
@@ -741,7 +743,7 @@ mod tests {
         assert_eq!(tracks, count);
         let one_by_one: Vec<Placement> = ids
             .iter()
-            .map(|&id| load_placement(&store, &config, id).unwrap().unwrap())
+            .flat_map(|&id| load_placements(&store, &config, id).unwrap().unwrap())
             .collect();
         let diff = tree.diff(&Tree::build(one_by_one));
         assert!(

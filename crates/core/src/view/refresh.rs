@@ -1,7 +1,7 @@
 //! Following the store: a refresh re-renders the tracks the change log
 //! names; a reload builds the tree from a store that replaced the served one.
 
-use super::render::placement_of;
+use super::render::placements_of;
 use super::*;
 
 /// Changed tracks beyond which a refresh reloads everything in bulk.
@@ -16,7 +16,7 @@ enum Pending {
     Rebuild(Box<Tree>, usize, i64),
     /// These tracks changed (None: removed), up to this log position; with
     /// the live searches each now matches.
-    Tracks(Vec<(i64, Option<Placement>)>, Vec<(i64, Vec<u64>)>, i64),
+    Tracks(Vec<(i64, Vec<Placement>)>, Vec<(i64, Vec<u64>)>, i64),
     /// A newer retagfs migrated the store to this schema version, which
     /// this one cannot read: the view stays as it is.
     NewerSchema(i64),
@@ -78,7 +78,10 @@ impl View {
                             if !searches.is_empty() {
                                 matched.push((id, matching_searches(bundle.as_ref(), &searches)));
                             }
-                            changed.push((id, bundle.map(|b| placement_of(&self.config, &b))));
+                            changed.push((
+                                id,
+                                bundle.map_or_else(Vec::new, |b| placements_of(&self.config, &b)),
+                            ));
                         }
                         Ok(Pending::Tracks(changed, matched, last))
                     })
@@ -101,12 +104,8 @@ impl View {
             Pending::Tracks(changed, matched, last) => {
                 let mut tree = self.tree.write();
                 out.tracks = changed.len();
-                for (id, placement) in &changed {
-                    tree.replace(
-                        file_ino(*id),
-                        placement.iter().cloned().collect(),
-                        &mut out.invalidations,
-                    );
+                for (id, placements) in &changed {
+                    tree.replace(file_ino(*id), placements.to_vec(), &mut out.invalidations);
                 }
                 tree.note_listing_changes(&out.invalidations, None);
                 self.searches

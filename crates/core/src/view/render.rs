@@ -22,6 +22,9 @@ pub struct ViewConfig {
     /// Names Windows accepts ([`crate::view::tree::windows_safe`]), for a view
     /// shared over SMB.
     pub windows_names: bool,
+    /// Several views at the root, each its own folder; none: one view,
+    /// `template` at the root.
+    pub views: Vec<crate::view::views::ViewSpec>,
 }
 
 /// A track's tags as template fields, plus computed fields:
@@ -112,14 +115,15 @@ pub(super) fn load_tree_noting(
                         .map(|b| {
                             let fields = TrackFields::new(&b.track, &b.tags);
                             if !noting {
-                                return placement(config, b, &fields);
+                                return placements(config, b, &fields);
                             }
                             let fields = NotingFields::new(fields, names);
-                            let p = placement(config, b, &fields);
+                            let p = placements(config, b, &fields);
                             valued |= fields.valued.get();
                             p
                         })
-                        .collect();
+                        .collect::<Vec<Vec<Placement>>>()
+                        .concat();
                     if placed.send((n, placements, valued)).is_err() {
                         return;
                     }
@@ -220,8 +224,30 @@ pub(super) fn references_never_valued(template: &Template, valued: u64) -> Vec<S
 /// Fields [`TrackFields`] computes rather than reads from the tags.
 const COMPUTED_FIELDS: [&str; 3] = ["filename", "format", "disc"];
 
-/// Where a track goes in the tree and its served size.
-fn placement(config: &ViewConfig, b: &TrackBundle, fields: &dyn Fields) -> Placement {
+/// Where a track goes in the tree (each view's folder that shows it) and
+/// its served size.
+fn placements(config: &ViewConfig, b: &TrackBundle, fields: &dyn Fields) -> Vec<Placement> {
+    let file = file_entry(config, b);
+    let placed = |path: String| Placement {
+        path: if config.windows_names {
+            crate::view::tree::windows_safe(&path)
+        } else {
+            path
+        },
+        file: file.clone(),
+    };
+    if config.views.is_empty() {
+        return vec![placed(config.template.render(fields, &config.fallbacks))];
+    }
+    let track = QueryTrack::of(b);
+    (config.views.iter())
+        .filter(|v| v.query.as_ref().is_none_or(|q| q.matches(&track)))
+        .map(|v| placed(format!("{}/{}", v.name, v.template.render(fields, &v.fallbacks))))
+        .collect()
+}
+
+/// A track's file as the tree holds it.
+fn file_entry(config: &ViewConfig, b: &TrackBundle) -> FileEntry {
     let t = &b.track;
     let size = match config.mode {
         Mode::StructureOnly => t.stamps.size,
@@ -229,34 +255,27 @@ fn placement(config: &ViewConfig, b: &TrackBundle, fields: &dyn Fields) -> Place
             synthesized_len(t, &b.tags, &b.art, &b.flac_block_lens, &b.parts, config.synthesis)
         }
     };
-    let mut path = config.template.render(fields, &config.fallbacks);
-    if config.windows_names {
-        path = crate::view::tree::windows_safe(&path);
-    }
-    Placement {
-        path,
-        file: FileEntry {
-            track_id: t.id,
-            format: t.format,
-            name_extension: NameExtension::of(t.format, &t.backing_path),
-            size,
-            mtime_ns: t.served_mtime_ns(),
-            content_version: t.content_version,
-        },
+    FileEntry {
+        track_id: t.id,
+        format: t.format,
+        name_extension: NameExtension::of(t.format, &t.backing_path),
+        size,
+        mtime_ns: t.served_mtime_ns(),
+        content_version: t.content_version,
     }
 }
 
-/// One track's placement read from the store, `None` once it is gone.
+/// One track's placements read from the store, `None` once it is gone.
 #[cfg(test)]
-pub(super) fn load_placement(
+pub(super) fn load_placements(
     store: &Store,
     config: &ViewConfig,
     id: i64,
-) -> retagfs_store::Result<Option<Placement>> {
-    Ok(store.track_bundle(id)?.map(|b| placement_of(config, &b)))
+) -> retagfs_store::Result<Option<Vec<Placement>>> {
+    Ok(store.track_bundle(id)?.map(|b| placements_of(config, &b)))
 }
 
 /// Where a track read from the store goes in the tree.
-pub(super) fn placement_of(config: &ViewConfig, b: &TrackBundle) -> Placement {
-    placement(config, b, &TrackFields::new(&b.track, &b.tags))
+pub(super) fn placements_of(config: &ViewConfig, b: &TrackBundle) -> Vec<Placement> {
+    placements(config, b, &TrackFields::new(&b.track, &b.tags))
 }

@@ -45,6 +45,7 @@ pub fn view(mode: Mode) -> ViewConfig {
         mode,
         synthesis: Default::default(),
         windows_names: false,
+        views: Vec::new(),
     }
 }
 

@@ -1,0 +1,123 @@
+//! The `[[view]]` tables of the configuration file: several views in one
+//! mount, each a top-level folder with its template and, optionally, a
+//! query selecting its tracks and fallbacks of its own (docs/usage.md,
+//! "Several views").
+//!
+//! ```toml
+//! [[view]]
+//! name = "Jazz 60s"
+//! template = "$albumartist/$album/${tracknumber:02} $title"
+//! query = "genre:jazz year:1960..1969"
+//! fallback = ["albumartist=Various"]
+//! ```
+
+use std::sync::Arc;
+
+use retagfs_core::query::Query;
+use retagfs_core::view::views::invalid_view_name;
+use retagfs_core::Template;
+use toml_edit::{ArrayOfTables, Item, Table, Value};
+
+use crate::UsageError;
+
+/// Where in the file a value is (bytes), when known.
+type Span = Option<std::ops::Range<usize>>;
+
+/// A view as the file defines it, checked.
+#[derive(Clone, Debug)]
+pub struct ViewDefinition {
+    pub name: String,
+    pub template: Template,
+    pub query: Option<Arc<Query>>,
+    /// Its own `KEY=VALUE` fallbacks, over the mount's.
+    pub fallbacks: Vec<(String, String)>,
+    pub default_fallback: Option<String>,
+}
+
+/// The keys a `[[view]]` takes.
+const VIEW_KEYS: &[&str] = &["name", "template", "query", "fallback", "default-fallback"];
+
+/// The views of `[[view]]` tables; `error(span, what)` makes an error that
+/// names the line.
+pub fn views_of(
+    tables: &ArrayOfTables,
+    error: &dyn Fn(Span, String) -> UsageError,
+) -> Result<Vec<ViewDefinition>, UsageError> {
+    let mut views: Vec<ViewDefinition> = Vec::new();
+    for table in tables.iter() {
+        let view = view_of(table, error)?;
+        if views.iter().any(|v| v.name == view.name) {
+            let span = table.get("name").and_then(Item::span);
+            return Err(error(span, format!("two views are named {:?}", view.name)));
+        }
+        views.push(view);
+    }
+    Ok(views)
+}
+
+fn view_of(table: &Table, error: &dyn Fn(Span, String) -> UsageError) -> Result<ViewDefinition, UsageError> {
+    for (key, _) in table.iter() {
+        if !VIEW_KEYS.contains(&key) {
+            let span = table.key(key).and_then(|k| k.span());
+            return Err(error(
+                span,
+                format!("a view has no `{key}` (it takes {})", VIEW_KEYS.join(", ")),
+            ));
+        }
+    }
+    let text = |key: &str| -> Result<Option<(String, Span)>, UsageError> {
+        match table.get(key) {
+            None => Ok(None),
+            Some(Item::Value(Value::String(s))) => Ok(Some((s.value().clone(), s.span()))),
+            Some(other) => Err(error(other.span(), format!("a view's `{key}` is a string"))),
+        }
+    };
+    let table_span = table.span();
+    let Some((name, name_span)) = text("name")? else {
+        return Err(error(table_span, "a view needs a `name`: its folder".into()));
+    };
+    if let Some(why) = invalid_view_name(&name) {
+        return Err(error(name_span, format!("view {name:?}: {why}")));
+    }
+    let Some((template, template_span)) = text("template")? else {
+        return Err(error(table_span, format!("view {name:?} needs a `template`")));
+    };
+    let template =
+        Template::parse(&template).map_err(|e| error(template_span, format!("view {name:?}: {e}")))?;
+    let query = match text("query")? {
+        None => None,
+        Some((query, span)) => Some(Arc::new(
+            crate::query::parse(&query).map_err(|e| error(span, format!("view {name:?}: {e}")))?,
+        )),
+    };
+    let fallbacks = match table.get("fallback") {
+        None => Vec::new(),
+        Some(Item::Value(Value::Array(items))) => items
+            .iter()
+            .map(|item| match item {
+                Value::String(pair) => pair
+                    .value()
+                    .split_once('=')
+                    .map(|(k, v)| (k.trim().to_lowercase(), v.to_string()))
+                    .ok_or_else(|| error(item.span(), format!("view {name:?}: a fallback is \"KEY=VALUE\""))),
+                other => Err(error(
+                    other.span(),
+                    format!("view {name:?}: a fallback is \"KEY=VALUE\""),
+                )),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(error(
+                other.span(),
+                format!("view {name:?}: `fallback` is a list of \"KEY=VALUE\""),
+            ))
+        }
+    };
+    Ok(ViewDefinition {
+        name,
+        template,
+        query,
+        fallbacks,
+        default_fallback: text("default-fallback")?.map(|(v, _)| v),
+    })
+}

@@ -1,0 +1,94 @@
+"""End-to-end: several views in one mount from the configuration file's
+[[view]] tables. Each view's tree is what its template and query say,
+computed here from `export`; a track in several views is one inode with a
+link count; a retag moves a track between views live. These run once."""
+
+import os
+
+import pytest
+
+from conftest import run
+from test_live import export, wait_for
+
+pytestmark = pytest.mark.once
+
+CONFIG = '''
+[[view]]
+name = "All"
+template = "$format/$title"
+
+[[view]]
+name = "Jazz"
+template = "$title"
+query = "genre:jazz"
+
+[[view]]
+name = "By genre"
+template = "$genre/$title"
+fallback = ["genre=No Genre"]
+'''
+
+
+@pytest.fixture
+def viewed(tmp_path, store, library):
+    """The store with a title per track (T<id>) and two genres set, and the
+    configuration file."""
+    tracks = export(store)
+    for t in tracks.values():
+        run("tag", "--db", str(store), "set", str(t["id"]), "title=T%d" % t["id"], "genre=")
+    run("tag", "--db", str(store), "set", str(tracks[str(library / "tagged.flac")]["id"]), "genre=Jazz")
+    run("tag", "--db", str(store), "set", str(tracks[str(library / "tagged.mp3")]["id"]), "genre=Rock")
+    config = tmp_path / "config.toml"
+    config.write_text(CONFIG)
+    return store, config
+
+
+def files_under(root):
+    out = set()
+    for d, _, names in os.walk(root):
+        out.update(os.path.relpath(os.path.join(d, n), root) for n in names)
+    return out
+
+
+def expected(tracks):
+    """Every view's files, from the export alone."""
+    out = set()
+    for t in tracks.values():
+        name = "T%d%s" % (t["id"], os.path.splitext(t["backing_path"])[1])
+        genre = (t["tags"].get("genre") or [""])[0]
+        out.add("All/%s/%s" % (t["format"], name))
+        if "jazz" in genre.lower():
+            out.add("Jazz/" + name)
+        out.add("By genre/%s/%s" % (genre or "No Genre", name))
+    return out
+
+
+def test_each_view_is_its_template_and_query_and_a_track_is_one_inode(viewed, mount):
+    store, config = viewed
+    m = mount(store, "--config", str(config))
+    assert sorted(os.listdir(m.mnt)) == ["All", "By genre", "Jazz"]
+    tracks = export(store)
+    assert files_under(m.mnt) == expected(tracks)
+    jazz = next(t for t in tracks.values() if t["tags"].get("genre") == ["Jazz"])
+    name = "T%d.flac" % jazz["id"]
+    places = [m.mnt / "All" / "flac" / name, m.mnt / "Jazz" / name, m.mnt / "By genre" / "Jazz" / name]
+    stats = [os.stat(p) for p in places]
+    assert len({s.st_ino for s in stats}) == 1, "one file wherever it appears"
+    assert all(s.st_nlink == 3 for s in stats), [s.st_nlink for s in stats]
+    assert len({p.read_bytes() for p in places}) == 1
+    other = os.stat(m.mnt / "All" / "flac" / ("T%d.flac" % min(t["id"] for t in tracks.values()
+                                                               if t["format"] == "flac" and t != jazz)))
+    assert other.st_nlink == 2
+
+
+def test_a_retag_moves_a_track_between_views_at_once(viewed, mount, library):
+    store, config = viewed
+    m = mount(store, "--config", str(config))
+    rock = export(store)[str(library / "tagged.mp3")]
+    name = "T%d.mp3" % rock["id"]
+    assert (m.mnt / "By genre" / "Rock" / name).exists() and not (m.mnt / "Jazz" / name).exists()
+    run("tag", "--db", str(store), "set", str(rock["id"]), "genre=Jazz")
+    wait_for(lambda: (m.mnt / "Jazz" / name).exists() and (m.mnt / "By genre" / "Jazz" / name).exists())
+    assert not (m.mnt / "By genre" / "Rock").exists(), "a folder left empty goes"
+    assert files_under(m.mnt) == expected(export(store))
+    assert os.stat(m.mnt / "Jazz" / name).st_nlink == 3
