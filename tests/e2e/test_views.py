@@ -1,6 +1,7 @@
 """End-to-end: several views in one mount from the configuration file's
-[[view]] tables. Each view's tree is what its template and query say,
-computed here from `export`; a track in several views is one inode with a
+[[view]] tables, one filtered by a query, one fanned out over a
+multi-valued field. Each view's tree is what its template and query say,
+computed here from `export`; a track in several places is one inode with a
 link count; a retag moves a track between views live. These run once."""
 
 import os
@@ -26,6 +27,11 @@ query = "genre:jazz"
 name = "By genre"
 template = "$genre/$title"
 fallback = ["genre=No Genre"]
+
+[[view]]
+name = "Genres"
+template = "${genre*}/$title"
+fallback = ["genre=No Genre"]
 '''
 
 
@@ -37,6 +43,7 @@ def viewed(tmp_path, store, library):
     for t in tracks.values():
         run("tag", "--db", str(store), "set", str(t["id"]), "title=T%d" % t["id"], "genre=")
     run("tag", "--db", str(store), "set", str(tracks[str(library / "tagged.flac")]["id"]), "genre=Jazz")
+    run("tag", "--db", str(store), "add", str(tracks[str(library / "tagged.flac")]["id"]), "genre=Soul")
     run("tag", "--db", str(store), "set", str(tracks[str(library / "tagged.mp3")]["id"]), "genre=Rock")
     config = tmp_path / "config.toml"
     config.write_text(CONFIG)
@@ -55,30 +62,32 @@ def expected(tracks):
     out = set()
     for t in tracks.values():
         name = "T%d%s" % (t["id"], os.path.splitext(t["backing_path"])[1])
-        genre = (t["tags"].get("genre") or [""])[0]
+        genres = [g for g in t["tags"].get("genre", []) if g]
         out.add("All/%s/%s" % (t["format"], name))
-        if "jazz" in genre.lower():
+        if any("jazz" in g.lower() for g in genres):
             out.add("Jazz/" + name)
-        out.add("By genre/%s/%s" % (genre or "No Genre", name))
+        out.add("By genre/%s/%s" % (", ".join(genres) or "No Genre", name))
+        out.update("Genres/%s/%s" % (g, name) for g in genres or ["No Genre"])
     return out
 
 
 def test_each_view_is_its_template_and_query_and_a_track_is_one_inode(viewed, mount):
     store, config = viewed
     m = mount(store, "--config", str(config))
-    assert sorted(os.listdir(m.mnt)) == ["All", "By genre", "Jazz"]
+    assert sorted(os.listdir(m.mnt)) == ["All", "By genre", "Genres", "Jazz"]
     tracks = export(store)
     assert files_under(m.mnt) == expected(tracks)
-    jazz = next(t for t in tracks.values() if t["tags"].get("genre") == ["Jazz"])
+    jazz = next(t for t in tracks.values() if t["tags"].get("genre") == ["Jazz", "Soul"])
     name = "T%d.flac" % jazz["id"]
-    places = [m.mnt / "All" / "flac" / name, m.mnt / "Jazz" / name, m.mnt / "By genre" / "Jazz" / name]
+    places = [m.mnt / "All" / "flac" / name, m.mnt / "Jazz" / name, m.mnt / "By genre" / "Jazz, Soul" / name,
+              m.mnt / "Genres" / "Jazz" / name, m.mnt / "Genres" / "Soul" / name]
     stats = [os.stat(p) for p in places]
     assert len({s.st_ino for s in stats}) == 1, "one file wherever it appears"
-    assert all(s.st_nlink == 3 for s in stats), [s.st_nlink for s in stats]
+    assert all(s.st_nlink == 5 for s in stats), [s.st_nlink for s in stats]
     assert len({p.read_bytes() for p in places}) == 1
     other = os.stat(m.mnt / "All" / "flac" / ("T%d.flac" % min(t["id"] for t in tracks.values()
                                                                if t["format"] == "flac" and t != jazz)))
-    assert other.st_nlink == 2
+    assert other.st_nlink == 3
 
 
 def test_a_retag_moves_a_track_between_views_at_once(viewed, mount, library):
@@ -88,7 +97,8 @@ def test_a_retag_moves_a_track_between_views_at_once(viewed, mount, library):
     name = "T%d.mp3" % rock["id"]
     assert (m.mnt / "By genre" / "Rock" / name).exists() and not (m.mnt / "Jazz" / name).exists()
     run("tag", "--db", str(store), "set", str(rock["id"]), "genre=Jazz")
-    wait_for(lambda: (m.mnt / "Jazz" / name).exists() and (m.mnt / "By genre" / "Jazz" / name).exists())
+    wait_for(lambda: (m.mnt / "Jazz" / name).exists() and (m.mnt / "Genres" / "Jazz" / name).exists())
     assert not (m.mnt / "By genre" / "Rock").exists(), "a folder left empty goes"
+    assert not (m.mnt / "Genres" / "Rock").exists()
     assert files_under(m.mnt) == expected(export(store))
-    assert os.stat(m.mnt / "Jazz" / name).st_nlink == 3
+    assert os.stat(m.mnt / "Jazz" / name).st_nlink == 4

@@ -78,6 +78,16 @@ impl Fields for TrackFields<'_> {
             _ => self.tag(field),
         }
     }
+
+    fn values(&self, field: &str) -> Vec<String> {
+        match field {
+            "filename" | "format" | "disc" => self.get(field).into_iter().collect(),
+            _ => (self.tags.iter())
+                .filter(|(k, _)| k == field)
+                .map(|(_, v)| v.clone())
+                .collect(),
+        }
+    }
 }
 
 /// Tracks handed to a rendering thread at a time.
@@ -198,6 +208,10 @@ impl Fields for NotingFields<'_> {
         }
         value
     }
+
+    fn values(&self, field: &str) -> Vec<String> {
+        self.fields.values(field)
+    }
 }
 
 /// The template's field references (`${albumartist|artist}`) that no track
@@ -237,12 +251,18 @@ fn placements(config: &ViewConfig, b: &TrackBundle, fields: &dyn Fields) -> Vec<
         file: file.clone(),
     };
     if config.views.is_empty() {
-        return vec![placed(config.template.render(fields, &config.fallbacks))];
+        let paths = config.template.render_each(fields, &config.fallbacks);
+        return paths.into_iter().map(placed).collect();
     }
     let track = QueryTrack::of(b);
     (config.views.iter())
         .filter(|v| v.query.as_ref().is_none_or(|q| q.matches(&track)))
-        .map(|v| placed(format!("{}/{}", v.name, v.template.render(fields, &v.fallbacks))))
+        .flat_map(|v| {
+            let paths = v.template.render_each(fields, &v.fallbacks);
+            paths
+                .into_iter()
+                .map(|path| placed(format!("{}/{}", v.name, path)))
+        })
         .collect()
 }
 

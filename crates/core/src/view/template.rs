@@ -1,7 +1,9 @@
 //! Path templates: `$field`, `${field}`, fallback chains `${albumartist|artist}`,
 //! zero padding `${tracknumber:02}`, conditional sections `[...]` that vanish
 //! when a field inside them has no value, `/` between path components.
-//! `$$`, `$[` and `$]` are a literal `$`, `[` and `]`.
+//! `$$`, `$[` and `$]` are a literal `$`, `[` and `]`. `${genre*}` fans out:
+//! the track is placed once per value of the field (see
+//! [`Template::render_each`]), where `$genre` joins the values.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -13,7 +15,12 @@ pub const DEFAULT_TEMPLATE: &str =
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Node {
     Text(String),
-    Field { chain: Vec<String>, pad: usize },
+    /// `fanned[i]`: `chain[i]` was written with a `*`.
+    Field {
+        chain: Vec<String>,
+        fanned: Vec<bool>,
+        pad: usize,
+    },
     Section(Vec<Node>),
 }
 
@@ -22,6 +29,8 @@ enum Node {
 pub struct Template {
     nodes: Vec<Node>,
     source: String,
+    /// Whether a reference has a `*`.
+    fans_out: bool,
 }
 
 /// A malformed template, with the byte column of the problem.
@@ -122,6 +131,7 @@ impl Parser<'_> {
                         let name = self.name();
                         nodes.push(Node::Field {
                             chain: vec![name.to_lowercase()],
+                            fanned: vec![false],
                             pad: 0,
                         });
                     }
@@ -142,9 +152,10 @@ impl Parser<'_> {
         self.src[start..self.pos].to_string()
     }
 
-    /// `${a|b:02}` after the `${`.
+    /// `${a|b*:02}` after the `${`.
     fn braced(&mut self, open: usize) -> Result<Node, TemplateError> {
         let mut chain = Vec::new();
+        let mut fanned = Vec::new();
         loop {
             let at = self.pos;
             let name = self.name();
@@ -155,9 +166,20 @@ impl Parser<'_> {
                 };
             }
             chain.push(name.to_lowercase());
+            let star = self.peek() == Some('*');
+            if star {
+                self.bump();
+            }
+            fanned.push(star);
             match self.bump() {
                 Some('|') => continue,
-                Some('}') => return Ok(Node::Field { chain, pad: 0 }),
+                Some('}') => {
+                    return Ok(Node::Field {
+                        chain,
+                        fanned,
+                        pad: 0,
+                    })
+                }
                 Some(':') => {
                     let at = self.pos;
                     let digits = self.name();
@@ -166,7 +188,7 @@ impl Parser<'_> {
                         _ => return self.err(at, "expected a padding width such as 02 after ':'"),
                     };
                     return match self.bump() {
-                        Some('}') => Ok(Node::Field { chain, pad }),
+                        Some('}') => Ok(Node::Field { chain, fanned, pad }),
                         _ => self.err(self.pos, "expected '}' after the padding width"),
                     };
                 }
@@ -183,7 +205,17 @@ impl Parser<'_> {
 /// when there are several), or nothing.
 pub trait Fields {
     fn get(&self, field: &str) -> Option<String>;
+
+    /// A field's values one by one, for `${field*}`.
+    fn values(&self, field: &str) -> Vec<String> {
+        self.get(field).into_iter().collect()
+    }
 }
+
+/// The most places a track's fanned-out fields give it in one view: a
+/// track with hundreds of values (a tag holding a whole list) is placed
+/// under its first ones.
+pub const MAX_FAN_OUT: usize = 32;
 
 impl Fields for HashMap<String, String> {
     fn get(&self, field: &str) -> Option<String> {
@@ -232,6 +264,7 @@ impl Template {
             return p.err(0, "the template is empty");
         }
         Ok(Template {
+            fans_out: src.contains('*') && has_fanned_reference(&nodes),
             nodes,
             source: src.to_string(),
         })
@@ -274,7 +307,72 @@ impl Template {
     /// sanitized (see `tree::sanitize_component`).
     pub fn render(&self, fields: &dyn Fields, fallbacks: &Fallbacks) -> String {
         let mut out = String::new();
-        render_nodes(&self.nodes, fields, Some(fallbacks), &mut out);
+        render_nodes(&self.nodes, fields, Some(fallbacks), &[], &mut out);
+        out
+    }
+
+    /// Every path a track has: one per combination of the values of its
+    /// fanned-out fields (`${genre*}`), each field taking one value at a
+    /// time, at most [`MAX_FAN_OUT`], without repeats; one path when the
+    /// template fans nothing out.
+    pub fn render_each(&self, fields: &dyn Fields, fallbacks: &Fallbacks) -> Vec<String> {
+        if !self.fans_out {
+            return vec![self.render(fields, fallbacks)];
+        }
+        let mut combinations: Vec<Vec<(String, String)>> = vec![Vec::new()];
+        for field in self.fanned_fields(fields) {
+            let values = fields.values(&field);
+            let values: Vec<&String> = values.iter().filter(|v| !v.trim().is_empty()).collect();
+            if values.is_empty() {
+                continue;
+            }
+            let field = &field;
+            combinations = combinations
+                .iter()
+                .flat_map(|chosen| {
+                    values.iter().map(move |v| {
+                        let mut next = chosen.clone();
+                        next.push((field.clone(), v.to_string()));
+                        next
+                    })
+                })
+                .take(MAX_FAN_OUT)
+                .collect();
+        }
+        let mut paths: Vec<String> = Vec::with_capacity(combinations.len());
+        for chosen in &combinations {
+            let mut out = String::new();
+            render_nodes(&self.nodes, fields, Some(fallbacks), chosen, &mut out);
+            if !paths.contains(&out) {
+                paths.push(out);
+            }
+        }
+        paths
+    }
+
+    /// The fields a track's paths fan out over: in each reference with a
+    /// `*`, the field the chain takes its value from, if written with one.
+    fn fanned_fields(&self, fields: &dyn Fields) -> Vec<String> {
+        fn collect(nodes: &[Node], fields: &dyn Fields, out: &mut Vec<String>) {
+            for node in nodes {
+                match node {
+                    Node::Text(_) => {}
+                    Node::Section(inner) => collect(inner, fields, out),
+                    Node::Field { chain, fanned, .. } if fanned.contains(&true) => {
+                        let source = (chain.iter().zip(fanned))
+                            .find(|(f, _)| fields.get(f).is_some_and(|v| !v.trim().is_empty()));
+                        if let Some((field, true)) = source {
+                            if !out.contains(field) {
+                                out.push(field.clone());
+                            }
+                        }
+                    }
+                    Node::Field { .. } => {}
+                }
+            }
+        }
+        let mut out = Vec::new();
+        collect(&self.nodes, fields, &mut out);
         out
     }
 }
@@ -282,10 +380,12 @@ impl Template {
 /// Appends the rendering of `nodes`; returns false if a field had no value
 /// (a section then discards what it rendered). Inside sections no fallback
 /// applies.
+/// `chosen` holds the one value each fanned-out field takes here.
 fn render_nodes(
     nodes: &[Node],
     fields: &dyn Fields,
     fallbacks: Option<&Fallbacks>,
+    chosen: &[(String, String)],
     out: &mut String,
 ) -> bool {
     let mut complete = true;
@@ -294,14 +394,18 @@ fn render_nodes(
             Node::Text(t) => out.push_str(t),
             Node::Section(inner) => {
                 let mut buf = String::new();
-                if render_nodes(inner, fields, None, &mut buf) {
+                if render_nodes(inner, fields, None, chosen, &mut buf) {
                     out.push_str(&buf);
                 }
             }
-            Node::Field { chain, pad } => {
-                let value = chain
-                    .iter()
-                    .find_map(|f| fields.get(f).filter(|v| !v.trim().is_empty()));
+            Node::Field { chain, fanned, pad } => {
+                let value = (chain.iter().zip(fanned)).find_map(|(f, &star)| {
+                    let one = star
+                        .then(|| chosen.iter().find(|(c, _)| c == f))
+                        .flatten()
+                        .map(|(_, v)| v.clone());
+                    one.or_else(|| fields.get(f)).filter(|v| !v.trim().is_empty())
+                });
                 let value = match value {
                     Some(v) => v,
                     None => {
@@ -317,6 +421,14 @@ fn render_nodes(
         }
     }
     complete
+}
+
+fn has_fanned_reference(nodes: &[Node]) -> bool {
+    nodes.iter().any(|node| match node {
+        Node::Text(_) => false,
+        Node::Field { fanned, .. } => fanned.contains(&true),
+        Node::Section(inner) => has_fanned_reference(inner),
+    })
 }
 
 /// Zero-pads a value that is a plain number, or the number of a "3/12"
@@ -393,6 +505,63 @@ mod tests {
         assert_eq!(
             render(DEFAULT_TEMPLATE, &[("filename", "f")]),
             "Unknown Artist/Unknown Album/f"
+        );
+    }
+
+    /// Fields with several values each.
+    struct Multi(Vec<(&'static str, &'static str)>);
+
+    impl Fields for Multi {
+        fn get(&self, field: &str) -> Option<String> {
+            let values = self.values(field);
+            (!values.is_empty()).then(|| values.join(", "))
+        }
+
+        fn values(&self, field: &str) -> Vec<String> {
+            (self.0.iter())
+                .filter(|(k, _)| *k == field)
+                .map(|(_, v)| v.to_string())
+                .collect()
+        }
+    }
+
+    #[test]
+    fn a_starred_field_fans_out_over_its_values_and_a_plain_one_joins_them() {
+        let t = Template::parse("${genre*}/$genre - ${title}").unwrap();
+        let track = Multi(vec![("genre", "Jazz"), ("genre", "Soul"), ("title", "So What")]);
+        assert_eq!(
+            t.render_each(&track, &Fallbacks::standard()),
+            ["Jazz/Jazz, Soul - So What", "Soul/Jazz, Soul - So What"]
+        );
+        let chain = Template::parse("${albumartist*|artist*}/x").unwrap();
+        let only_artists = Multi(vec![("artist", "A"), ("artist", "B")]);
+        assert_eq!(
+            chain.render_each(&only_artists, &Fallbacks::standard()),
+            ["A/x", "B/x"]
+        );
+        let none = Multi(vec![]);
+        assert_eq!(
+            chain.render_each(&none, &Fallbacks::standard()),
+            ["Unknown Artist/x"]
+        );
+        let two = Template::parse("${genre*}/${mood*}").unwrap();
+        let many = Multi(vec![
+            ("genre", "G1"),
+            ("genre", "G2"),
+            ("mood", "M1"),
+            ("mood", "M2"),
+        ]);
+        assert_eq!(
+            two.render_each(&many, &Fallbacks::default()),
+            ["G1/M1", "G1/M2", "G2/M1", "G2/M2"]
+        );
+        let huge: Vec<(&str, &str)> = (0..100).map(|i| ("genre", &*format!("g{i}").leak())).collect();
+        assert_eq!(
+            Template::parse("${genre*}")
+                .unwrap()
+                .render_each(&Multi(huge), &Fallbacks::default())
+                .len(),
+            MAX_FAN_OUT
         );
     }
 
