@@ -27,6 +27,10 @@ directly on the backing files in the same run, as a ratio:
   query     `retagfs query` against beets' `beet ls` (pip) with the same
             queries on the same tracks, 20k and --scale tracks, and the
             first listing of `.search` folders (see bench_query.py)
+  views     five views from a configuration file (one selected by a query,
+            one fanned out over genres) against one view of the same store:
+            mount to first ls, memory, a retag's refresh time, 20k and
+            --scale tracks (see bench_views.py)
   remote    a library in an S3 bucket (versitygw), 20 ms added to every
             request: retagfs scanning and mounting the bucket against
             `rclone mount` with retagfs over it (first scans and re-scans,
@@ -66,6 +70,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_http  # noqa: E402
 import bench_refresh  # noqa: E402
 import bench_query  # noqa: E402
+import bench_views  # noqa: E402
 import bench_remote  # noqa: E402
 
 URING_PARAM = "/sys/module/fuse/parameters/enable_uring"
@@ -831,7 +836,7 @@ def main():
     ap.add_argument("--work", help="keep generated libraries here (default: a temp dir)")
     ap.add_argument("--scale", type=int, default=100000,
                     help="also scan, walk, stat and refresh a library this large (0: skip)")
-    ap.add_argument("--only", default="scan,tree,read,slow,refresh,http,query")
+    ap.add_argument("--only", default="scan,tree,read,slow,refresh,http,query,views")
     ap.add_argument("--io-uring", choices=["on", "off"], default="on" if os.path.exists(URING_PARAM) else "off",
                     help="mount with FUSE over io_uring (default where the kernel has it; as root the fuse module "
                          "parameter is turned on for the run and restored after)")
@@ -884,6 +889,8 @@ def main():
             rss_row("refresh", f"daemon RSS after the refreshes ({a.scale} tracks)", [r["rss_mib"]], a.scale)
     if "query" in only:
         bench_query.bench(sys.modules[__name__], work, a.tracks, a.scale, a.runs)
+    if "views" in only:
+        bench_views.bench(sys.modules[__name__], work, a.tracks, a.scale, a.runs)
     if "remote" in only:
         bench_remote.bench(sys.modules[__name__], work, a.tracks, a.runs)
     if not a.work:

@@ -232,10 +232,15 @@ pub struct TreeBuilder {
     tree: Tree,
     /// (directory, stem, attributes) of every file, in track id order.
     files: Vec<(u64, String, FileEntry)>,
-    /// The last file's directory components and inode: tracks of one
-    /// album are mostly neighbours, so their directory is looked up once.
-    last_dir: Option<(Vec<String>, u64)>,
+    /// The last files' directory components and inodes, the latest last:
+    /// tracks of one album are mostly neighbours, so their directory is
+    /// looked up once (once per view's folder, when tracks have several).
+    last_dirs: Vec<(Vec<String>, u64)>,
 }
+
+/// Directories [`TreeBuilder`] remembers: more than the places a track
+/// mostly has.
+const LAST_DIRS: usize = 16;
 
 impl TreeBuilder {
     /// Adds the next track; its id must be above every track added before.
@@ -245,11 +250,15 @@ impl TreeBuilder {
         }
         let (comps, stem) = split_path(&p.path);
         self.tree.note_rendered(file_ino(p.file.track_id), &p.path);
-        let dir = match &self.last_dir {
-            Some((prev, dir)) if *prev == comps => *dir,
-            _ => {
+        let known = self.last_dirs.iter().rev().find(|(prev, _)| *prev == comps);
+        let dir = match known {
+            Some((_, dir)) => *dir,
+            None => {
                 let dir = self.tree.ensure_dirs(&comps, &mut Vec::new());
-                self.last_dir = Some((comps, dir));
+                if self.last_dirs.len() == LAST_DIRS {
+                    self.last_dirs.remove(0);
+                }
+                self.last_dirs.push((comps, dir));
                 dir
             }
         };
@@ -259,6 +268,10 @@ impl TreeBuilder {
     pub fn finish(mut self) -> Tree {
         for (dir, stem, file) in self.files {
             self.tree.insert_file(dir, &stem, file);
+        }
+        // Places are only added one by one after this, by refreshes.
+        for places in self.tree.links.values_mut() {
+            places.shrink_to_fit();
         }
         self.tree
     }

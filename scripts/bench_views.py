@@ -1,0 +1,131 @@
+"""The `views` rows of scripts/bench.py: the same store mounted as one view
+and with a configuration of five views (one selected by a query, one fanned
+out over two genres a track), at 20k and the large library, the two taking
+turns in one run: mount to the first `ls`, the daemon's memory after it,
+and the daemon's own refresh time for a retag of one track (from the
+`mount -v` log; median of 20 retags), which updates every view it is in.
+
+The libraries are bench.py's tiny FLACs, each album given two genres
+through `retagfs import`."""
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import time
+
+FIVE_VIEWS = '''
+[[view]]
+name = "Artists"
+template = "${albumartist|artist}/$album/${tracknumber:02} $title"
+
+[[view]]
+name = "Albums"
+template = "$album/${tracknumber:02} $title"
+
+[[view]]
+name = "Years"
+template = "$date/$album/${tracknumber:02} $title"
+
+[[view]]
+name = "Recently added"
+template = "$artist - $title"
+query = "added:-30d.."
+
+[[view]]
+name = "Genres"
+template = "${genre*}/$album/${tracknumber:02} $title"
+'''
+REFRESH = re.compile(r"refresh: 1 track\(s\) changed.* in ([0-9.]+) ms")
+RETAGS = 20
+TARGETS = {"mount": 2.0, "memory": 1.5, "retag_ms": 1.0}
+
+
+def store_with_genres(b, work, n):
+    lib = b.make_flac_library(work, n)
+    db = os.path.join(work, f"views-{n}.db")
+    if not os.path.exists(db):
+        b.scan(lib, db)
+        ids = [t["id"] for t in json.loads(subprocess.run(
+            [b.BIN, "export", "--db", db], check=True, capture_output=True).stdout)]
+        # Two genres an album, as taggers set them (tracks are ten an album,
+        # in id order).
+        album = lambda i: (i - 1) // 10  # noqa: E731
+        edits = [{"id": i, "tags": {"genre": [f"Genre {album(i) % 7}", f"Genre {7 + album(i) % 11}"]}}
+                 for i in ids]
+        subprocess.run([b.BIN, "import", "--db", db, "-"], input=json.dumps(edits).encode(),
+                       check=True, capture_output=True)
+    return db
+
+
+class Logged:
+    """A mount with `-v`, its log kept to read refresh times from."""
+
+    def __init__(self, b, db, mnt, *extra):
+        os.makedirs(mnt, exist_ok=True)
+        self.mnt, self.log_path = mnt, mnt + ".log"
+        t0 = time.perf_counter()
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen([b.BIN, "mount", mnt, "--db", db, "-v", *b.IO_URING, *extra],
+                                         stdout=log, stderr=subprocess.STDOUT)
+        while not (os.path.ismount(mnt) and os.listdir(mnt)):
+            if self.proc.poll() is not None:
+                raise SystemExit("views: mount failed: " + open(self.log_path).read())
+            time.sleep(0.001)
+        self.up = time.perf_counter() - t0
+        self.rss = b.rss_mib(self.proc.pid)
+
+    def refreshes(self):
+        return [float(t) for t in REFRESH.findall(open(self.log_path).read())]
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+def retag_times(b, db, m, track_id):
+    """The daemon's refresh time of each of RETAGS retags of one track."""
+    for i in range(RETAGS):
+        seen = len(m.refreshes())
+        subprocess.run([b.BIN, "tag", "--db", db, "set", str(track_id), f"title=Retag {i} {time.time_ns()}"],
+                       check=True, capture_output=True)
+        deadline = time.time() + 10
+        while len(m.refreshes()) == seen and time.time() < deadline:
+            time.sleep(0.001)
+    return m.refreshes()[-RETAGS:]
+
+
+def bench(b, work, tracks, scale, runs):
+    """`b` is bench.py (its libraries, scan, row, rss_mib)."""
+    config = os.path.join(work, "five-views.toml")
+    with open(config, "w") as f:
+        f.write(FIVE_VIEWS)
+    for n in [tracks] + ([scale] if scale and scale != tracks else []):
+        db = store_with_genres(b, work, n)
+        figures = {side: {"up": [], "rss": [], "retag": []} for side in ("one", "five")}
+        for r in range(runs):
+            for side, extra in (("one", []), ("five", ["--config", config])):
+                m = Logged(b, db, os.path.join(work, f"mnt-views-{side}"), *extra)
+                try:
+                    figures[side]["up"].append(m.up)
+                    figures[side]["rss"].append(m.rss)
+                    if r == 0:
+                        figures[side]["retag"] = retag_times(b, db, m, n // 2)
+                finally:
+                    m.stop()
+        one, five = figures["one"], figures["five"]
+        ratio = statistics.median(five["up"]) / statistics.median(one["up"])
+        b.row("views", f"mount to first ls, five views, {n} tracks", b.spread(five["up"]), b.spread(one["up"]),
+              note=f"direct = one view; {ratio:.2f}x; <= {TARGETS['mount']}x: "
+                   f"{'met' if ratio <= TARGETS['mount'] else 'MISSED'}")
+        ratio = statistics.median(five["rss"]) / statistics.median(one["rss"])
+        b.row("views", f"daemon memory after it, five views, {n} tracks", statistics.median(five["rss"]),
+              statistics.median(one["rss"]), unit="MiB",
+              note=f"direct = one view; {ratio:.2f}x; <= {TARGETS['memory']}x: "
+                   f"{'met' if ratio <= TARGETS['memory'] else 'MISSED'}")
+        median = statistics.median(five["retag"]) if five["retag"] else float("nan")
+        b.row("views", f"refresh of one retag, five views, {n} tracks", b.spread([t / 1000 for t in five["retag"]]),
+              b.spread([t / 1000 for t in one["retag"]]) if one["retag"] else None,
+              note=f"direct = one view; median {median:.3f} ms over {len(five['retag'])} retags; "
+                   f"<= {TARGETS['retag_ms']} ms: {'met' if median <= TARGETS['retag_ms'] else 'MISSED'}")
