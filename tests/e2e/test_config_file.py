@@ -1,9 +1,12 @@
-"""End-to-end: the configuration file. Its keys are long options that
-become defaults (a flag wins), at the top for every command or in a
-command's table; it is found by --config, RETAGFS_CONFIG or under
-XDG_CONFIG_HOME; an error in it names the line. Nothing here mounts:
-these run once."""
+"""End-to-end: the configuration file and the environment. The file's keys
+are long options that become defaults, at the top for every command or in
+a command's table; it is found by --config, RETAGFS_CONFIG or under
+XDG_CONFIG_HOME; an error in it names the line. Every option's variable
+(RETAGFS_<OPTION>) beats the file, and a flag beats both; `retagfs config`
+says what each command runs with and whence. Nothing here mounts: these
+run once."""
 
+import json
 import os
 
 import pytest
@@ -60,3 +63,33 @@ def test_an_error_in_the_file_names_its_line_and_is_a_usage_error(tmp_path, stor
 def test_a_named_file_that_is_missing_is_an_error(tmp_path, store):
     p = run("query", "--db", str(store), "--config", str(tmp_path / "none.toml"), "x", check=False)
     assert p.returncode == 2 and "cannot read the configuration file" in p.stderr, p.stderr
+
+
+def test_a_flag_beats_its_variable_which_beats_the_file(tmp_path, store):
+    config = tmp_path / "retagfs.toml"
+    config.write_text('template = "$format/$title"\n')
+    env = {**os.environ, "RETAGFS_CONFIG": str(config), "RETAGFS_DB": str(store)}
+    assert all(p.count("/") == 1 for p in paths(env=env)), "the file"
+    env["RETAGFS_TEMPLATE"] = "$title"
+    assert all("/" not in p for p in paths(env=env)), "the variable over the file"
+    by_flag = paths("--template", "$format/x/$title", env=env)
+    assert by_flag and all(p.count("/") == 2 for p in by_flag), "the flag over the variable"
+    p = run("query", "x", env={**env, "RETAGFS_PRINT": "sometimes"}, check=False)
+    assert p.returncode == 2 and "RETAGFS_PRINT" not in p.stdout, p.stderr
+
+
+def test_config_says_what_each_command_runs_with_and_whence(tmp_path, store):
+    config = tmp_path / "retagfs.toml"
+    config.write_text('template = "$title"\n[mount]\nread-ahead = "off"\n')
+    env = {**os.environ, "RETAGFS_DB": str(store)}
+    report = json.loads(run("config", "--config", str(config), "--json", env=env).stdout)
+    assert report["file"] == str(config)
+    got = {(s["command"], s["option"]): (s["values"], s["source"], s["variable"]) for s in report["settings"]}
+    assert got[("query", "db")] == ([str(store)], "environment", "RETAGFS_DB")
+    assert got[("export", "template")] == (["$title"], "file", "RETAGFS_TEMPLATE")
+    assert got[("mount", "read-ahead")] == (["off"], "file", "RETAGFS_READ_AHEAD")
+    assert ("scan", "read-ahead") not in got, "scan has no such option"
+    assert got[("mount", "mode")] == (["synthesis"], "default", "RETAGFS_MODE")
+    assert ("query", "template") in got and ("scan", "template") not in got
+    text = run("config", "--config", str(config), env=env).stdout
+    assert "mount --read-ahead off  (file)" in text, text

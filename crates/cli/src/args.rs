@@ -88,6 +88,10 @@ changed files are listed by --list but cannot be undone."
     /// transaction: tracks matched by `id` or `backing_path`; each key of
     /// `tags` replaces that key's values (a string, a list, or null to remove).
     Import(ImportArgs),
+    /// Show the settings each command runs with when no flag is given, and
+    /// where each comes from: its environment variable (RETAGFS_<OPTION>),
+    /// the configuration file, or the built-in default.
+    Config(ConfigArgs),
 }
 
 impl Command {
@@ -103,6 +107,7 @@ impl Command {
             Command::Tag(a) => a.db.as_deref(),
             Command::Art(a) => a.db.as_deref(),
             Command::Import(a) => Some(&a.db),
+            Command::Config(_) => None,
         }
     }
 
@@ -116,6 +121,14 @@ impl Command {
             _ => None,
         }
     }
+}
+
+#[derive(Args)]
+pub struct ConfigArgs {
+    /// Print them as JSON: `file`, and `settings` (command, option, values,
+    /// source, variable).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]

@@ -2,10 +2,12 @@
 
 mod args;
 mod config_file;
+mod config_report;
 mod config_views;
 mod dry_run;
 mod edit;
 mod edit_transaction;
+mod environment_twins;
 mod export;
 mod import;
 mod mount;
@@ -136,8 +138,8 @@ fn keep_c_heap() {
 
 fn main() -> ExitCode {
     keep_c_heap();
-    let cli = match parse_command_line() {
-        Ok(cli) => cli,
+    let (cli, parsed) = match parse_command_line() {
+        Ok(parsed) => parsed,
         Err(e) => {
             eprintln!("retagfs: error: {e}");
             return ExitCode::from(EXIT_USAGE);
@@ -159,6 +161,9 @@ fn main() -> ExitCode {
         Command::Tag(a) => edit::tag(a),
         Command::Art(a) => edit::art(a),
         Command::Import(a) => import::run(a),
+        Command::Config(a) => {
+            config_report::run(a, &parsed.command, &parsed.pristine, parsed.file.as_deref())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -181,21 +186,42 @@ fn main() -> ExitCode {
     }
 }
 
-/// The command line, with the configuration file's settings as defaults.
-/// clap's own errors (and `--help`) end the process as clap does.
-fn parse_command_line() -> Result<Cli, UsageError> {
+/// What the command line was parsed with: for `retagfs config`.
+struct Parsed {
+    /// clap's command with the variables and the file's defaults.
+    command: clap::Command,
+    /// The same without the file.
+    pristine: clap::Command,
+    /// The configuration file read.
+    file: Option<std::path::PathBuf>,
+}
+
+/// The command line, with the environment's and the configuration file's
+/// settings beneath it (flag > variable > file > default). clap's own
+/// errors (and `--help`) end the process as clap does.
+fn parse_command_line() -> Result<(Cli, Parsed), UsageError> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let mut cmd = Cli::command();
+    let pristine = environment_twins::with_environment_twins(Cli::command());
+    let mut cmd = pristine.clone();
     let mut views = Vec::new();
-    if let Some(path) = config_file::locate(&args) {
-        (cmd, views) = config_file::apply(cmd, &path)?;
+    let file = config_file::locate(&args);
+    if let Some(path) = &file {
+        (cmd, views) = config_file::apply(cmd, path)?;
     }
-    let matches = cmd.try_get_matches_from(&args).unwrap_or_else(|e| e.exit());
+    let matches = cmd
+        .clone()
+        .try_get_matches_from(&args)
+        .unwrap_or_else(|e| e.exit());
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Some(view) = cli.command.view_args_mut() {
         view.views = views;
     }
-    Ok(cli)
+    let parsed = Parsed {
+        command: cmd,
+        pristine,
+        file,
+    };
+    Ok((cli, parsed))
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
