@@ -39,13 +39,22 @@ build: deps
 	$(CARGO) build --release --locked
 
 # Installs the binary `make build` made, for everyday use and for
-# contrib/systemd's units (PREFIX=/usr/local by default). It builds
-# nothing itself: run as root, it would build with root's toolchain, if any,
-# or install a binary older than the sources.
+# contrib/systemd's units (PREFIX=/usr/local by default), with the
+# completions of bash, zsh and fish and a manual page per command, both
+# made by the binary from its command line. It builds nothing itself: run
+# as root, it would build with root's toolchain, if any, or install a
+# binary older than the sources. DESTDIR stages the files (packaging).
 PREFIX ?= /usr/local
+SHARE = $(DESTDIR)$(PREFIX)/share
 install:
 	@[ -x $(BIN) ] || { echo "no $(BIN): run \`make build\` first"; exit 1; }
 	$(SUDO) install -D -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/retagfs
+	$(SUDO) install -d $(SHARE)/bash-completion/completions $(SHARE)/zsh/vendor-completions \
+	  $(SHARE)/fish/vendor_completions.d $(SHARE)/man/man1
+	$(BIN) completions bash | $(SUDO) tee $(SHARE)/bash-completion/completions/retagfs >/dev/null
+	$(BIN) completions zsh | $(SUDO) tee $(SHARE)/zsh/vendor-completions/_retagfs >/dev/null
+	$(BIN) completions fish | $(SUDO) tee $(SHARE)/fish/vendor_completions.d/retagfs.fish >/dev/null
+	$(SUDO) $(BIN) man-pages $(SHARE)/man/man1
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -62,7 +71,7 @@ e2e: build
 test-deps: deps
 	$(call apt_install_missing,mpd:mpd mpc:mpc minidlnad:minidlna exiftool:libimage-exiftool-perl \
 	  ip:iproute2 unshare:util-linux curl:curl chromium:chromium chromedriver:chromium-driver \
-	  mount.davfs:davfs2 rclone:rclone openssl:openssl htpasswd:apache2-utils)
+	  mount.davfs:davfs2 rclone:rclone openssl:openssl htpasswd:apache2-utils man:man-db)
 	@python3 -c 'import selenium' 2>/dev/null || \
 	  python3 -m pip install -q selenium 2>/dev/null || \
 	  python3 -m pip install -q --break-system-packages selenium

@@ -92,6 +92,12 @@ changed files are listed by --list but cannot be undone."
     /// where each comes from: its environment variable (RETAGFS_<OPTION>),
     /// the configuration file, or the built-in default.
     Config(ConfigArgs),
+    /// Print the completion script of a shell (`make install` installs
+    /// them): `source <(retagfs completions bash)`.
+    Completions(CompletionsArgs),
+    /// Write a manual page per command into a folder (for packaging).
+    #[command(hide = true)]
+    ManPages(ManPagesArgs),
 }
 
 impl Command {
@@ -107,7 +113,7 @@ impl Command {
             Command::Tag(a) => a.db.as_deref(),
             Command::Art(a) => a.db.as_deref(),
             Command::Import(a) => Some(&a.db),
-            Command::Config(_) => None,
+            Command::Config(_) | Command::Completions(_) | Command::ManPages(_) => None,
         }
     }
 
@@ -121,6 +127,19 @@ impl Command {
             _ => None,
         }
     }
+}
+
+#[derive(Args)]
+pub struct CompletionsArgs {
+    /// The shell: bash, zsh or fish.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Args)]
+pub struct ManPagesArgs {
+    /// The folder to write `retagfs.1` and `retagfs-COMMAND.1` into.
+    pub dir: PathBuf,
 }
 
 #[derive(Args)]

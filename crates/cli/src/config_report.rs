@@ -39,7 +39,10 @@ pub fn run(
     file: Option<&Path>,
 ) -> anyhow::Result<()> {
     let mut settings = Vec::new();
-    for sub in configured.get_subcommands().filter(|s| s.get_name() != "config") {
+    let settings_commands = configured
+        .get_subcommands()
+        .filter(|s| !["config", "completions", "man-pages"].contains(&s.get_name()));
+    for sub in settings_commands {
         let Some(built_in) = pristine.find_subcommand(sub.get_name()) else {
             continue;
         };

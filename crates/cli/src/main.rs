@@ -1,6 +1,7 @@
 //! The `retagfs` command line.
 
 mod args;
+mod completions;
 mod config_file;
 mod config_report;
 mod config_views;
@@ -10,6 +11,7 @@ mod edit_transaction;
 mod environment_twins;
 mod export;
 mod import;
+mod man_pages;
 mod mount;
 mod query;
 mod scan;
@@ -161,6 +163,8 @@ fn main() -> ExitCode {
         Command::Tag(a) => edit::tag(a),
         Command::Art(a) => edit::art(a),
         Command::Import(a) => import::run(a),
+        Command::Completions(a) => completions::run(a, &parsed.pristine),
+        Command::ManPages(a) => man_pages::run(a, &parsed.pristine),
         Command::Config(a) => {
             config_report::run(a, &parsed.command, &parsed.pristine, parsed.file.as_deref())
         }
