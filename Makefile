@@ -6,7 +6,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 CARGO := $(shell command -v cargo || echo $$HOME/.cargo/bin/cargo)
 BIN := target/release/retagfs
 
-.PHONY: all deps test-deps build install test lint unit e2e demo fixtures clean bench fuzz soak
+.PHONY: all deps test-deps build install deb test lint unit e2e demo fixtures clean bench fuzz soak
 
 # The S3-compatible server the object-store tests run against.
 VERSITYGW_VERSION ?= v1.8.0
@@ -51,9 +51,9 @@ install:
 	$(SUDO) install -D -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/retagfs
 	$(SUDO) install -d $(SHARE)/bash-completion/completions $(SHARE)/zsh/vendor-completions \
 	  $(SHARE)/fish/vendor_completions.d $(SHARE)/man/man1
-	$(BIN) completions bash | $(SUDO) tee $(SHARE)/bash-completion/completions/retagfs >/dev/null
-	$(BIN) completions zsh | $(SUDO) tee $(SHARE)/zsh/vendor-completions/_retagfs >/dev/null
-	$(BIN) completions fish | $(SUDO) tee $(SHARE)/fish/vendor_completions.d/retagfs.fish >/dev/null
+	$(SUDO) bash -c '$(BIN) completions bash > $(SHARE)/bash-completion/completions/retagfs'
+	$(SUDO) bash -c '$(BIN) completions zsh > $(SHARE)/zsh/vendor-completions/_retagfs'
+	$(SUDO) bash -c '$(BIN) completions fish > $(SHARE)/fish/vendor_completions.d/retagfs.fish'
 	$(SUDO) $(BIN) man-pages $(SHARE)/man/man1
 
 lint:
@@ -71,7 +71,8 @@ e2e: build
 test-deps: deps
 	$(call apt_install_missing,mpd:mpd mpc:mpc minidlnad:minidlna exiftool:libimage-exiftool-perl \
 	  ip:iproute2 unshare:util-linux curl:curl chromium:chromium chromedriver:chromium-driver \
-	  mount.davfs:davfs2 rclone:rclone openssl:openssl htpasswd:apache2-utils man:man-db)
+	  mount.davfs:davfs2 rclone:rclone openssl:openssl htpasswd:apache2-utils man:man-db \
+	  lintian:lintian dpkg-shlibdeps:dpkg-dev)
 	@python3 -c 'import selenium' 2>/dev/null || \
 	  python3 -m pip install -q selenium 2>/dev/null || \
 	  python3 -m pip install -q --break-system-packages selenium
@@ -79,6 +80,11 @@ test-deps: deps
 	@command -v versitygw >/dev/null || [ -x "$$(go env GOPATH)/bin/versitygw" ] || \
 	  { echo "installing versitygw $(VERSITYGW_VERSION) with go install"; \
 	    go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
+
+# The Debian package target/debian/retagfs_VERSION_ARCH.deb of the binary
+# `make build` made (scripts/make-deb.sh; dpkg-deb, no tool to compile).
+deb: build
+	bash scripts/make-deb.sh
 
 test: test-deps lint unit e2e
 
