@@ -93,3 +93,39 @@ def test_config_says_what_each_command_runs_with_and_whence(tmp_path, store):
     assert ("query", "template") in got and ("scan", "template") not in got
     text = run("config", "--config", str(config), env=env).stdout
     assert "mount --read-ahead off  (file)" in text, text
+
+
+# (command, option, a value in the file, another in the variable)
+PER_COMMAND = [
+    ("scan", "jobs", "3", "5"),
+    ("mount", "read-ahead", "off", "on"),
+    ("mount", "owner", "root", "nobody"),
+    ("serve", "listen", "127.0.0.1:9001", "127.0.0.1:9002"),
+    ("serve", "max-connections", "10", "20"),
+    ("export", "default-fallback", "A", "B"),
+    ("query", "print", "library", "id"),
+    ("undo", "list", "true", "false"),
+    ("import", "dry-run", "true", "false"),
+    ("tag", "recursive", "true", "false"),
+]
+
+
+@pytest.mark.parametrize("command,option,in_file,in_variable", PER_COMMAND,
+                         ids=["%s --%s" % c[:2] for c in PER_COMMAND])
+def test_each_commands_options_come_from_the_variable_over_the_file(tmp_path, command, option, in_file,
+                                                                   in_variable):
+    config = tmp_path / "retagfs.toml"
+    value = in_file if in_file in ("true", "false") else '"%s"' % in_file
+    config.write_text("[%s]\n%s = %s\n" % (command, option, value))
+    variable = "RETAGFS_" + option.upper().replace("-", "_")
+
+    def setting(env):
+        report = json.loads(run("config", "--config", str(config), "--json", env=env).stdout)
+        found = [(s["values"], s["source"]) for s in report["settings"]
+                 if s["command"] == command and s["option"] == option]
+        assert len(found) == 1, found
+        return found[0]
+
+    env = {k: v for k, v in os.environ.items() if k != variable}
+    assert setting(env) == ([in_file], "file")
+    assert setting({**env, variable: in_variable}) == ([in_variable], "environment")
