@@ -92,6 +92,10 @@ changed files are listed by --list but cannot be undone."
     /// where each comes from: its environment variable (RETAGFS_<OPTION>),
     /// the configuration file, or the built-in default.
     Config(ConfigArgs),
+    /// Copy the store to FILE while it is mounted and edited: a consistent
+    /// copy as of one commit, which `mount --db FILE` and every command
+    /// open as they open the original.
+    Backup(BackupArgs),
     /// Print the completion script of a shell (`make install` installs
     /// them): `source <(retagfs completions bash)`.
     Completions(CompletionsArgs),
@@ -113,6 +117,7 @@ impl Command {
             Command::Tag(a) => a.db.as_deref(),
             Command::Art(a) => a.db.as_deref(),
             Command::Import(a) => Some(&a.db),
+            Command::Backup(a) => Some(&a.db),
             Command::Config(_) | Command::Completions(_) | Command::ManPages(_) => None,
         }
     }
@@ -140,6 +145,15 @@ pub struct CompletionsArgs {
 pub struct ManPagesArgs {
     /// The folder to write `retagfs.1` and `retagfs-COMMAND.1` into.
     pub dir: PathBuf,
+}
+
+#[derive(Args)]
+pub struct BackupArgs {
+    /// The store to copy.
+    #[arg(long)]
+    pub db: PathBuf,
+    /// The copy: a file that does not exist yet.
+    pub file: PathBuf,
 }
 
 #[derive(Args)]

@@ -1,6 +1,7 @@
 //! The `retagfs` command line.
 
 mod args;
+mod backup;
 mod completions;
 mod config_file;
 mod config_report;
@@ -163,6 +164,7 @@ fn main() -> ExitCode {
         Command::Tag(a) => edit::tag(a),
         Command::Art(a) => edit::art(a),
         Command::Import(a) => import::run(a),
+        Command::Backup(a) => backup::run(a),
         Command::Completions(a) => completions::run(a, &parsed.pristine),
         Command::ManPages(a) => man_pages::run(a, &parsed.pristine),
         Command::Config(a) => {

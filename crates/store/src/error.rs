@@ -35,6 +35,8 @@ pub enum StoreError {
     IdsUsedUp,
     #[error("cannot undo: {0}; nothing was changed")]
     Undo(String),
+    #[error("cannot back up the store: {0}")]
+    Backup(String),
     /// SQLite's own error, said once: rusqlite's source (the code's text)
     /// repeats it in an error's chain.
     #[error("{0}")]

@@ -8,6 +8,7 @@
 //! from [`Store::write`], so a caller can batch many in one commit.
 
 mod art_rows;
+mod backup;
 mod change_times;
 mod edit;
 mod edit_journal;
