@@ -96,6 +96,11 @@ changed files are listed by --list but cannot be undone."
     /// copy as of one commit, which `mount --db FILE` and every command
     /// open as they open the original.
     Backup(BackupArgs),
+    /// Check what a first mount needs (/dev/fuse, fusermount3, the store,
+    /// the library's folders, free space) and say what to do about each
+    /// problem. Exit 0 when a mount would work, 1 when something would
+    /// stop it.
+    Doctor(DoctorArgs),
     /// Print the completion script of a shell (`make install` installs
     /// them): `source <(retagfs completions bash)`.
     Completions(CompletionsArgs),
@@ -118,6 +123,7 @@ impl Command {
             Command::Art(a) => a.db.as_deref(),
             Command::Import(a) => Some(&a.db),
             Command::Backup(a) => Some(&a.db),
+            Command::Doctor(a) => a.db.as_deref(),
             Command::Config(_) | Command::Completions(_) | Command::ManPages(_) => None,
         }
     }
@@ -145,6 +151,18 @@ pub struct CompletionsArgs {
 pub struct ManPagesArgs {
     /// The folder to write `retagfs.1` and `retagfs-COMMAND.1` into.
     pub dir: PathBuf,
+}
+
+#[derive(Args)]
+pub struct DoctorArgs {
+    /// The store a mount would serve (without it, only the machine is
+    /// checked).
+    #[arg(long)]
+    pub db: Option<PathBuf>,
+    /// Print every check as JSON: `ok`, and `checks` (check, status: ok,
+    /// fail or note, detail).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]

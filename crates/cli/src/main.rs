@@ -6,11 +6,13 @@ mod completions;
 mod config_file;
 mod config_report;
 mod config_views;
+mod doctor;
 mod dry_run;
 mod edit;
 mod edit_transaction;
 mod environment_twins;
 mod export;
+mod fuse_access;
 mod import;
 mod man_pages;
 mod mount;
@@ -165,6 +167,7 @@ fn main() -> ExitCode {
         Command::Art(a) => edit::art(a),
         Command::Import(a) => import::run(a),
         Command::Backup(a) => backup::run(a),
+        Command::Doctor(a) => doctor::run(a),
         Command::Completions(a) => completions::run(a, &parsed.pristine),
         Command::ManPages(a) => man_pages::run(a, &parsed.pristine),
         Command::Config(a) => {
