@@ -6,10 +6,11 @@ use std::io::Write;
 use std::path::Path;
 
 use clap::parser::ValueSource;
-use clap::{ArgAction, ArgMatches, Command};
+use clap::{ArgMatches, Command};
 use serde::Serialize;
 
 use crate::args::ConfigArgs;
+use crate::environment_twins::holds_a_setting;
 
 #[derive(Serialize)]
 struct Report<'a> {
@@ -96,7 +97,7 @@ fn settings_of<'a>(
     let name = path.join(" ");
     if let Some(matches) = matches {
         for arg in cmd.get_arguments() {
-            let (Some(option), true) = (arg.get_long(), shown(arg.get_action())) else {
+            let (Some(option), true) = (arg.get_long(), holds_a_setting(arg)) else {
                 continue;
             };
             if let Some(setting) = setting_of(&matches, arg, built_in, &name, option) {
@@ -139,14 +140,6 @@ fn setting_of<'a>(
         source,
         variable: arg.get_env().map(|v| v.to_string_lossy().into_owned()),
     })
-}
-
-/// Options that hold a setting (not `--help`, `--version`, `-v`).
-fn shown(action: &ArgAction) -> bool {
-    matches!(
-        action,
-        ArgAction::Set | ArgAction::Append | ArgAction::SetTrue | ArgAction::SetFalse
-    )
 }
 
 /// Values as one would type them.

@@ -26,12 +26,18 @@ pub fn with_environment_twins(cmd: Command) -> Command {
 }
 
 fn twin_of(arg: &Arg) -> Option<String> {
-    let settable = matches!(
+    let long = arg.get_long()?;
+    (holds_a_setting(arg) && arg.get_env().is_none()).then(|| variable_of(long))
+}
+
+/// Whether an option holds a value or a switch that a variable, the
+/// configuration file or `retagfs config` can speak of (not `--help`,
+/// `--version` or the counted `-v`).
+pub fn holds_a_setting(arg: &Arg) -> bool {
+    matches!(
         arg.get_action(),
         ArgAction::Set | ArgAction::Append | ArgAction::SetTrue | ArgAction::SetFalse
-    );
-    let long = arg.get_long()?;
-    (settable && arg.get_env().is_none()).then(|| variable_of(long))
+    )
 }
 
 #[cfg(test)]
