@@ -102,3 +102,16 @@ def test_a_retag_moves_a_track_between_views_at_once(viewed, mount, library):
     assert not (m.mnt / "Genres" / "Rock").exists()
     assert files_under(m.mnt) == expected(export(store))
     assert os.stat(m.mnt / "Jazz" / name).st_nlink == 4
+
+
+def test_a_template_given_above_the_file_lays_out_one_view(viewed, mount):
+    store, config = viewed
+    tracks = export(store)
+    one_view = {"T%d%s" % (t["id"], os.path.splitext(t["backing_path"])[1]) for t in tracks.values()}
+    m = mount(store, "--config", str(config), "--template", "$title")
+    assert set(os.listdir(m.mnt)) == one_view, "the flag's template, not the file's views"
+    p = run("query", "--db", str(store), "--config", str(config), "--print", "view", "",
+            env={**os.environ, "RETAGFS_TEMPLATE": "$title"})
+    assert set(p.stdout.split()) == one_view, "its variable too"
+    p = run("query", "--db", str(store), "--config", str(config), "--print", "view", "")
+    assert all(line.split("/")[0] in ("All", "Jazz", "By genre", "Genres") for line in p.stdout.splitlines())

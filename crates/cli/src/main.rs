@@ -222,8 +222,19 @@ fn parse_command_line() -> Result<(Cli, Parsed), UsageError> {
         .try_get_matches_from(&args)
         .unwrap_or_else(|e| e.exit());
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // A template given above the file (a flag, or its variable) lays out
+    // one view, as it says, instead of the file's views.
+    let template_above_file = matches.subcommand().is_some_and(|(_, m)| {
+        m.try_contains_id("template").unwrap_or(false)
+            && matches!(
+                m.value_source("template"),
+                Some(clap::parser::ValueSource::CommandLine | clap::parser::ValueSource::EnvVariable)
+            )
+    });
     if let Some(view) = cli.command.view_args_mut() {
-        view.views = views;
+        if !template_above_file {
+            view.views = views;
+        }
     }
     let parsed = Parsed {
         command: cmd,
