@@ -549,6 +549,13 @@ pub enum ArtAction {
     },
 }
 
+/// A fallback's `KEY=VALUE` (a flag's or a view's), its key as tags
+/// hold keys.
+pub fn fallback_pair(pair: &str) -> Option<(String, String)> {
+    let (key, value) = pair.split_once('=')?;
+    Some((key.trim().to_lowercase(), value.to_string()))
+}
+
 impl ViewArgs {
     /// The view these arguments describe; a bad template or fallback is a
     /// usage error that points at the problem.
@@ -558,10 +565,10 @@ impl ViewArgs {
         let template = Template::parse(source).map_err(|e| crate::UsageError(e.to_string()))?;
         let mut fallbacks = Fallbacks::standard();
         for pair in &self.fallbacks {
-            let Some((k, v)) = pair.split_once('=') else {
+            let Some((k, v)) = fallback_pair(pair) else {
                 return Err(crate::UsageError(format!("--fallback {pair:?}: expected KEY=VALUE")).into());
             };
-            fallbacks.per_field.insert(k.trim().to_lowercase(), v.to_string());
+            fallbacks.per_field.insert(k, v);
         }
         fallbacks.default = self.default_fallback.clone();
         let views = self.views.iter().map(|v| {

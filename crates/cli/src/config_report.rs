@@ -30,15 +30,15 @@ struct Setting<'a> {
     variable: Option<String>,
 }
 
-/// Prints the settings of every command of `configured` (the command line
-/// as parsed, with variables and the file's defaults); `pristine` is the
-/// same without the file, to tell its defaults from the built-in ones.
-pub fn run(
-    a: ConfigArgs,
-    configured: &Command,
-    pristine: &Command,
-    file: Option<&Path>,
-) -> anyhow::Result<()> {
+/// Prints the settings of every command of `pristine` (the command line's
+/// definition, with its variables) once `file`'s settings are its
+/// defaults; `pristine` tells the file's defaults from the built-in ones.
+pub fn run(a: ConfigArgs, pristine: Command, file: Option<&Path>) -> anyhow::Result<()> {
+    let configured = match file {
+        Some(path) => crate::config_file::apply(pristine.clone(), path)?.0,
+        None => pristine.clone(),
+    };
+    let (configured, pristine) = (&configured, &pristine);
     let mut settings = Vec::new();
     let settings_commands = configured
         .get_subcommands()

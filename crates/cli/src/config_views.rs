@@ -18,6 +18,7 @@ use retagfs_core::view::views::invalid_view_name;
 use retagfs_core::Template;
 use toml_edit::{ArrayOfTables, Item, Table, Value};
 
+use crate::args::fallback_pair;
 use crate::UsageError;
 
 /// Where in the file a value is (bytes), when known.
@@ -95,10 +96,7 @@ fn view_of(table: &Table, error: &dyn Fn(Span, String) -> UsageError) -> Result<
         Some(Item::Value(Value::Array(items))) => items
             .iter()
             .map(|item| match item {
-                Value::String(pair) => pair
-                    .value()
-                    .split_once('=')
-                    .map(|(k, v)| (k.trim().to_lowercase(), v.to_string()))
+                Value::String(pair) => fallback_pair(pair.value())
                     .ok_or_else(|| error(item.span(), format!("view {name:?}: a fallback is \"KEY=VALUE\""))),
                 other => Err(error(
                     other.span(),

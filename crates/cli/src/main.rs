@@ -143,7 +143,7 @@ fn keep_c_heap() {
 
 fn main() -> ExitCode {
     keep_c_heap();
-    let (cli, parsed) = match parse_command_line() {
+    let (cli, config_file) = match parse_command_line() {
         Ok(parsed) => parsed,
         Err(e) => {
             eprintln!("retagfs: error: {e}");
@@ -168,11 +168,9 @@ fn main() -> ExitCode {
         Command::Import(a) => import::run(a),
         Command::Backup(a) => backup::run(a),
         Command::Doctor(a) => doctor::run(a),
-        Command::Completions(a) => completions::run(a, &parsed.pristine),
-        Command::ManPages(a) => man_pages::run(a, &parsed.pristine),
-        Command::Config(a) => {
-            config_report::run(a, &parsed.command, &parsed.pristine, parsed.file.as_deref())
-        }
+        Command::Completions(a) => completions::run(a, &command_line()),
+        Command::ManPages(a) => man_pages::run(a, &command_line()),
+        Command::Config(a) => config_report::run(a, command_line(), config_file.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -195,32 +193,25 @@ fn main() -> ExitCode {
     }
 }
 
-/// What the command line was parsed with: for `retagfs config`.
-struct Parsed {
-    /// clap's command with the variables and the file's defaults.
-    command: clap::Command,
-    /// The same without the file.
-    pristine: clap::Command,
-    /// The configuration file read.
-    file: Option<std::path::PathBuf>,
+/// The command line's definition, every option with its environment
+/// twin.
+fn command_line() -> clap::Command {
+    environment_twins::with_environment_twins(Cli::command())
 }
 
 /// The command line, with the environment's and the configuration file's
-/// settings beneath it (flag > variable > file > default). clap's own
-/// errors (and `--help`) end the process as clap does.
-fn parse_command_line() -> Result<(Cli, Parsed), UsageError> {
+/// settings beneath it (flag > variable > file > default), and the file
+/// read, if any. clap's own errors (and `--help`) end the process as clap
+/// does.
+fn parse_command_line() -> Result<(Cli, Option<std::path::PathBuf>), UsageError> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let pristine = environment_twins::with_environment_twins(Cli::command());
-    let mut cmd = pristine.clone();
+    let mut cmd = command_line();
     let mut views = Vec::new();
     let file = config_file::locate(&args);
     if let Some(path) = &file {
         (cmd, views) = config_file::apply(cmd, path)?;
     }
-    let matches = cmd
-        .clone()
-        .try_get_matches_from(&args)
-        .unwrap_or_else(|e| e.exit());
+    let matches = cmd.try_get_matches_from_mut(&args).unwrap_or_else(|e| e.exit());
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // A template given above the file (a flag, or its variable) lays out
     // one view, as it says, instead of the file's views.
@@ -236,12 +227,7 @@ fn parse_command_line() -> Result<(Cli, Parsed), UsageError> {
             view.views = views;
         }
     }
-    let parsed = Parsed {
-        command: cmd,
-        pristine,
-        file,
-    };
-    Ok((cli, parsed))
+    Ok((cli, file))
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
