@@ -589,6 +589,17 @@ impl Tree {
             .collect()
     }
 
+    /// Whether node `ino` is in both trees at the same places (without
+    /// listing them: a reload compares every node).
+    fn same_places(&self, other: &Tree, ino: u64) -> bool {
+        match (self.nodes.get(&ino), other.nodes.get(&ino)) {
+            (Some(a), Some(b)) => {
+                a.parent == b.parent && a.name == b.name && self.links.get(&ino) == other.links.get(&ino)
+            }
+            _ => false,
+        }
+    }
+
     /// The name a node has in directory `dir`, if it is there.
     fn name_in(&self, dir: u64, ino: u64) -> Option<&Arc<str>> {
         let node = self.nodes.get(&ino)?;
@@ -610,7 +621,7 @@ impl Tree {
             places.map(|(parent, name)| (parent, name.to_string())).collect()
         };
         for (ino, old) in self.nodes.iter() {
-            let same_places = new.nodes.contains_key(ino) && self.places(*ino) == new.places(*ino);
+            let same_places = self.same_places(new, *ino);
             match new.nodes.get(ino) {
                 Some(n) if same_places => {
                     if let (Entry::File(a), Entry::File(b)) = (&old.entry, &n.entry) {
@@ -630,7 +641,7 @@ impl Tree {
             }
         }
         for (ino, _) in new.nodes.iter() {
-            let same = self.nodes.contains_key(ino) && self.places(*ino) == new.places(*ino);
+            let same = self.same_places(new, *ino);
             if !same && *ino != self.root {
                 out.entries.extend(entries(new, *ino));
             }
