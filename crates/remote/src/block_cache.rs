@@ -22,6 +22,7 @@ use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 
+use crate::block_buffer::BlockBuffer;
 use crate::{ObjectUrl, ObjectVersion};
 
 /// Bytes per block: the start of a file that players and indexers read
@@ -146,7 +147,7 @@ impl BlockCache {
     }
 
     /// Block `block` of `version` of `url`, when cached whole.
-    pub fn get(&self, url: &ObjectUrl, version: &ObjectVersion, block: u64) -> Option<Vec<u8>> {
+    pub fn get(&self, url: &ObjectUrl, version: &ObjectVersion, block: u64) -> Option<BlockBuffer> {
         let name = object_name(url, version);
         let object = self.object(&name, version, false)?;
         let found = object.block(version, block);
@@ -333,15 +334,15 @@ impl CachedObject {
     }
 
     /// A block's bytes, when its record says it is held and they match.
-    fn block(&self, version: &ObjectVersion, block: u64) -> Option<Vec<u8>> {
+    fn block(&self, version: &ObjectVersion, block: u64) -> Option<BlockBuffer> {
         let mut entry = [0; ENTRY as usize];
         self.file.read_exact_at(&mut entry, entry_offset(block)).ok()?;
         if entry == [0; ENTRY as usize] {
             return None;
         }
-        let mut bytes = vec![0; block_len(version, block) as usize];
+        let mut bytes = BlockBuffer::for_overwrite(block_len(version, block) as usize);
         self.file
-            .read_exact_at(&mut bytes, self.data_offset + block * BLOCK)
+            .read_exact_at(bytes.as_mut_slice(), self.data_offset + block * BLOCK)
             .ok()?;
         (hash_of(&bytes) == entry).then_some(bytes)
     }
@@ -460,13 +461,13 @@ mod tests {
         let url = ObjectUrl::parse("s3://music/a.flac").unwrap();
         let v1 = version("\"1\"", BLOCK + 10);
         cache.put(&url, &v1, 1, &[7; 10]);
-        assert_eq!(cache.get(&url, &v1, 1), Some(vec![7; 10]));
-        assert_eq!(cache.get(&url, &v1, 0), None);
-        assert_eq!(cache.get(&url, &version("\"2\"", BLOCK + 10), 1), None);
-        assert_eq!(cache.get(&url, &version("\"1\"", BLOCK + 11), 1), None);
+        assert_eq!(cache.get(&url, &v1, 1).as_deref(), Some(&vec![7; 10][..]));
+        assert!(cache.get(&url, &v1, 0).is_none());
+        assert!(cache.get(&url, &version("\"2\"", BLOCK + 10), 1).is_none());
+        assert!(cache.get(&url, &version("\"1\"", BLOCK + 11), 1).is_none());
         // A block of the wrong length is never kept.
         cache.put(&url, &v1, 0, &[1; 10]);
-        assert_eq!(cache.get(&url, &v1, 0), None);
+        assert!(cache.get(&url, &v1, 0).is_none());
     }
 
     #[test]
@@ -486,8 +487,11 @@ mod tests {
             .write_all_at(&[9; 100], data_offset(v.size) + BLOCK + 5)
             .unwrap();
         let reopened = BlockCache::open(dir.path(), 1 << 30).unwrap();
-        assert_eq!(reopened.get(&url, &v, 0), Some(vec![1; BLOCK as usize]));
-        assert_eq!(reopened.get(&url, &v, 1), None);
+        assert_eq!(
+            reopened.get(&url, &v, 0).as_deref(),
+            Some(&vec![1; BLOCK as usize][..])
+        );
+        assert!(reopened.get(&url, &v, 1).is_none());
     }
 
     #[test]
@@ -527,6 +531,9 @@ mod tests {
         cache.put(&a, &v, 0, &[1; BLOCK as usize]);
         cache.put(&b, &v, 0, &[2; BLOCK as usize]);
         assert!(!cache.path_of(&object_name(&a, &v)).exists());
-        assert_eq!(cache.get(&b, &v, 0), Some(vec![2; BLOCK as usize]));
+        assert_eq!(
+            cache.get(&b, &v, 0).as_deref(),
+            Some(&vec![2; BLOCK as usize][..])
+        );
     }
 }

@@ -11,6 +11,7 @@
 //! Endpoint, region and credentials come from the standard AWS variables
 //! and files, never from the command line ([`connection`]).
 
+mod block_buffer;
 mod block_cache;
 mod connection;
 mod health;
@@ -19,6 +20,7 @@ mod object_version;
 mod remote;
 mod remote_file;
 
+pub use block_buffer::BlockBuffer;
 pub use block_cache::{default_cache_dir, BlockCache, BLOCK};
 pub use object_url::{is_remote_path, ObjectUrl};
 pub use object_version::{ListedObject, ObjectVersion};

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::block_buffer::BlockBuffer;
 use crate::block_cache::block_len;
 use crate::{ObjectUrl, ObjectVersion, Remote, BLOCK};
 
@@ -37,7 +38,7 @@ struct Inner {
 
 #[derive(Default)]
 struct Blocks {
-    memory: VecDeque<(u64, Arc<Vec<u8>>)>,
+    memory: VecDeque<(u64, Arc<BlockBuffer>)>,
     /// Blocks being loaded now.
     pending: HashSet<u64>,
     /// The block after the last one read: a read there is a reader going
@@ -50,7 +51,7 @@ struct Blocks {
 }
 
 impl Blocks {
-    fn get(&self, block: u64) -> Option<Arc<Vec<u8>>> {
+    fn get(&self, block: u64) -> Option<Arc<BlockBuffer>> {
         self.memory
             .iter()
             .find(|(b, _)| *b == block)
@@ -63,7 +64,7 @@ impl Blocks {
 
     /// Keeps a block in memory; when full, drops the first block behind
     /// the reader, else the oldest.
-    fn keep(&mut self, block: u64, bytes: Arc<Vec<u8>>) {
+    fn keep(&mut self, block: u64, bytes: Arc<BlockBuffer>) {
         if self.get(block).is_none() {
             if self.memory.len() == MEMORY_BLOCKS {
                 let behind = self.memory.iter().position(|(b, _)| *b + 1 < self.next);
@@ -155,7 +156,7 @@ impl Inner {
 
     /// One block, loading it when needed; a reader going forward has the
     /// blocks after it loaded in the background.
-    fn block(self: &Arc<Self>, block: u64) -> io::Result<Arc<Vec<u8>>> {
+    fn block(self: &Arc<Self>, block: u64) -> io::Result<Arc<BlockBuffer>> {
         let mut blocks = self.blocks.lock();
         let forward = blocks.is_forward(block);
         if !forward {
@@ -213,7 +214,7 @@ impl Inner {
         claimed: Range<u64>,
         forward: bool,
         streaming: bool,
-    ) -> io::Result<Arc<Vec<u8>>> {
+    ) -> io::Result<Arc<BlockBuffer>> {
         let first = claimed.start;
         if let Some(bytes) = self.cached(first) {
             self.arrived(first..first + 1, std::slice::from_ref(&bytes));
@@ -267,14 +268,14 @@ impl Inner {
         }
     }
 
-    fn cached(&self, block: u64) -> Option<Arc<Vec<u8>>> {
+    fn cached(&self, block: u64) -> Option<Arc<BlockBuffer>> {
         let cache = self.remote.cache()?;
         cache.get(&self.url, &self.version, block).map(Arc::new)
     }
 
     /// Keeps blocks `run` (in order, as `bytes`), no longer pending, and
     /// wakes whoever waits for them.
-    fn arrived(&self, run: Range<u64>, bytes: &[Arc<Vec<u8>>]) {
+    fn arrived(&self, run: Range<u64>, bytes: &[Arc<BlockBuffer>]) {
         let mut blocks = self.blocks.lock();
         for (b, block) in run.zip(bytes) {
             blocks.pending.remove(&b);
@@ -294,7 +295,7 @@ impl Inner {
 
     /// Fetches blocks `run` (marked as being loaded) in one GET, keeps
     /// them in memory and in the disk cache, and returns them.
-    fn fetch(&self, run: Range<u64>) -> io::Result<Vec<Arc<Vec<u8>>>> {
+    fn fetch(&self, run: Range<u64>) -> io::Result<Vec<Arc<BlockBuffer>>> {
         let start = run.start * BLOCK;
         let end = (run.end * BLOCK).min(self.version.size);
         let bytes = match self.remote.fetch(&self.url, &self.version, start..end) {
@@ -308,7 +309,7 @@ impl Inner {
         for b in run.clone() {
             let from = ((b - run.start) * BLOCK) as usize;
             let len = block_len(&self.version, b) as usize;
-            fetched.push(Arc::new(bytes[from..from + len].to_vec()));
+            fetched.push(Arc::new(BlockBuffer::copy_of(&bytes[from..from + len])));
         }
         self.arrived(run.clone(), &fetched);
         // After the reader was woken: it need not wait for the disk.
