@@ -28,6 +28,7 @@ mod kernel_abi;
 pub mod mounted;
 mod open_inodes;
 mod protocol;
+mod read_ahead;
 mod server;
 mod uring;
 
@@ -149,6 +150,7 @@ impl Mount {
         ));
         // Mounting includes the kernel's init: what it agreed to is known.
         let session = Session::new(Handshake(server.clone()), mountpoint, &options)?;
+        read_ahead::widen(mountpoint, uring::PAYLOAD);
         let dev = Arc::new(session.as_fd().try_clone_to_owned()?);
         let _ = server.dev.set(dev.clone());
         let uring = server.uring.load(Ordering::Relaxed);

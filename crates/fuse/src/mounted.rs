@@ -97,12 +97,23 @@ pub fn mounted_at(path: &Path) -> Option<String> {
 }
 
 fn mounted_at_in(mountinfo: &str, at: &Path) -> Option<String> {
+    last_mount_at(mountinfo, at).map(|m| format!("{} ({})", m.source, m.fs_type))
+}
+
+/// The device (`major:minor`) of what is mounted at `path`, without a
+/// request to it: a daemon finds its own mount's this way.
+pub(crate) fn device_at(path: &Path) -> Option<String> {
+    let at = path.canonicalize().ok()?;
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    last_mount_at(&table, &at).map(|m| m.device.to_string())
+}
+
+fn last_mount_at<'a>(mountinfo: &'a str, at: &Path) -> Option<MountEntry<'a>> {
     mountinfo
         .lines()
         .rev()
         .filter_map(MountEntry::parse)
         .find(|m| Path::new(&m.mount_point) == at)
-        .map(|m| format!("{} ({})", m.source, m.fs_type))
 }
 
 /// The fields of a line of `/proc/self/mountinfo` used here.
