@@ -72,7 +72,7 @@ test-deps: deps
 	$(call apt_install_missing,mpd:mpd mpc:mpc minidlnad:minidlna exiftool:libimage-exiftool-perl \
 	  ip:iproute2 unshare:util-linux curl:curl chromium:chromium chromedriver:chromium-driver \
 	  mount.davfs:davfs2 rclone:rclone openssl:openssl htpasswd:apache2-utils man:man-db \
-	  lintian:lintian dpkg-shlibdeps:dpkg-dev)
+	  lintian:lintian dpkg-shlibdeps:dpkg-dev prometheus:prometheus)
 	@python3 -c 'import selenium' 2>/dev/null || \
 	  python3 -m pip install -q selenium 2>/dev/null || \
 	  python3 -m pip install -q --break-system-packages selenium

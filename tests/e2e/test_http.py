@@ -30,7 +30,7 @@ class Server:
         deadline = time.time() + 20
         while True:
             self.log.seek(0)
-            m = re.search(r"(https?)://127\.0\.0\.1:(\d+)/", self.log.read())
+            m = re.search(r"the view at (https?)://127\.0\.0\.1:(\d+)/", self.log.read())
             if m:
                 self.scheme, self.port = m.group(1), int(m.group(2))
                 break

@@ -96,6 +96,11 @@ changed files are listed by --list but cannot be undone."
     /// copy as of one commit, which `mount --db FILE` and every command
     /// open as they open the original.
     Backup(BackupArgs),
+    /// Compact the store (SQLite's VACUUM) while it is mounted and edited:
+    /// edits wait meanwhile, mounts go on reading, nothing committed is
+    /// lost. Waits for a running scan to end first (--wait). Prints the
+    /// size before and after.
+    Vacuum(VacuumArgs),
     /// Check what a first mount needs (/dev/fuse, fusermount3, the store,
     /// the library's folders, free space) and say what to do about each
     /// problem. Exit 0 when a mount would work, 1 when something would
@@ -123,6 +128,7 @@ impl Command {
             Command::Art(a) => a.db.as_deref(),
             Command::Import(a) => Some(&a.db),
             Command::Backup(a) => Some(&a.db),
+            Command::Vacuum(a) => Some(&a.db),
             Command::Doctor(a) => a.db.as_deref(),
             Command::Config(_) | Command::Completions(_) | Command::ManPages(_) => None,
         }
@@ -172,6 +178,20 @@ pub struct BackupArgs {
     pub db: PathBuf,
     /// The copy: a file that does not exist yet.
     pub file: PathBuf,
+}
+
+#[derive(Args)]
+pub struct VacuumArgs {
+    /// The store to compact.
+    #[arg(long)]
+    pub db: PathBuf,
+    /// Seconds to wait for a running scan to end before giving up.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub wait: u64,
+    /// Print the sizes as JSON on stdout: `before_bytes`, `after_bytes`,
+    /// `seconds`, `wal_emptied`.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]
@@ -290,11 +310,24 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     #[command(flatten)]
+    pub metrics: MetricsArgs,
+    #[command(flatten)]
     pub remote: RemoteArgs,
     #[command(flatten)]
     pub view: ViewArgs,
     #[arg(long, value_enum, default_value = "synthesis")]
     pub mode: ModeArg,
+}
+
+/// `--metrics`, for `mount` and `serve`.
+#[derive(Args, Clone)]
+pub struct MetricsArgs {
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics: requests,
+    /// bytes and errors, open files, caches, refreshes, memory (see
+    /// docs/usage.md). Keep it on loopback (127.0.0.1:PORT) unless
+    /// monitoring runs on another machine.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 #[derive(Args)]
@@ -315,6 +348,8 @@ pub struct MountArgs {
     /// passwords and HTTPS, run `retagfs serve` beside the mount.
     #[arg(long, value_name = "ADDR:PORT")]
     pub serve: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
     /// Check the template and print sample paths and counts; do not mount.
     #[arg(long)]
     pub dry_run: bool,

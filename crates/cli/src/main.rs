@@ -15,11 +15,13 @@ mod export;
 mod fuse_access;
 mod import;
 mod man_pages;
+mod metrics;
 mod mount;
 mod query;
 mod scan;
 mod serve;
 mod undo;
+mod vacuum;
 
 use std::io::IsTerminal;
 use std::path::Path;
@@ -167,6 +169,7 @@ fn main() -> ExitCode {
         Command::Art(a) => edit::art(a),
         Command::Import(a) => import::run(a),
         Command::Backup(a) => backup::run(a),
+        Command::Vacuum(a) => vacuum::run(a),
         Command::Doctor(a) => doctor::run(a),
         Command::Completions(a) => completions::run(a, &command_line()),
         Command::ManPages(a) => man_pages::run(a, &command_line()),

@@ -177,6 +177,7 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
         let hint = FuseAccess::of_this_user().hint();
         format!("mounting on {} ({hint})", a.mountpoint.display())
     })?;
+    a.metrics.start()?;
     if let Some(listen) = a.serve {
         let options = retagfs_http::HttpOptions::new(listen);
         crate::serve::warn_if_exposed(&options);

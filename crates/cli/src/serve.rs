@@ -25,6 +25,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let view = Arc::new(View::load(&a.db, config)?);
     crate::release_free_memory();
     let watcher = Watcher::spawn(view.clone(), &a.db, |_| {})?;
+    a.metrics.start()?;
     let served = retagfs_http::serve(view, options);
     watcher.stop();
     served

@@ -57,10 +57,43 @@ pub(crate) fn expects_answer(opcode: u32) -> bool {
 /// would hang its caller.
 pub(crate) fn answer(server: &Server, req: &Request, out: &mut [u8]) -> Result<usize, Errno> {
     let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| answer_in(server, req, out)));
-    answered.unwrap_or_else(|_| {
+    let answered = answered.unwrap_or_else(|_| {
         tracing::error!("answering opcode {} panicked; answered EIO", req.opcode);
         Err(Errno::EIO)
-    })
+    });
+    count(req.opcode, &answered);
+    answered
+}
+
+/// Counts a request for `--metrics`: its kind, its error, the bytes a
+/// read answered.
+fn count(opcode: u32, answered: &Result<usize, Errno>) {
+    let metrics = retagfs_metrics::metrics();
+    metrics.fuse_request(request_kind(opcode));
+    match answered {
+        Ok(n) if opcode == READ => {
+            metrics.fuse_read_bytes.inc_by(*n as u64);
+        }
+        Ok(_) => {}
+        Err(e) => metrics.fuse_error(e.code()),
+    }
+}
+
+/// The index in [`retagfs_metrics::FUSE_REQUEST_KINDS`] of `opcode`'s kind.
+fn request_kind(opcode: u32) -> usize {
+    match opcode {
+        LOOKUP => 0,
+        GETATTR => 1,
+        OPEN => 2,
+        READ => 3,
+        RELEASE => 4,
+        OPENDIR => 5,
+        READDIR => 6,
+        READDIRPLUS => 7,
+        RELEASEDIR => 8,
+        STATFS => 9,
+        _ => 10,
+    }
 }
 
 fn answer_in(server: &Server, req: &Request, out: &mut [u8]) -> Result<usize, Errno> {

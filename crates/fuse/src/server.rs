@@ -264,6 +264,7 @@ impl Server {
             passthrough,
         };
         self.handles.lock().insert(fh, handle);
+        retagfs_metrics::metrics().open_files.inc();
     }
 
     /// A backing file registered with the kernel when it can read this
@@ -310,6 +311,9 @@ impl Server {
 
     pub(crate) fn release(&self, ino: u64, fh: u64) {
         let handle = self.handles.lock().remove(&fh);
+        if handle.is_some() {
+            retagfs_metrics::metrics().open_files.dec();
+        }
         match handle {
             Some(h) if h.passthrough => self.open_inodes.released_passthrough(ino),
             Some(h) => self.open_inodes.released(ino, h.file.track.content_version),

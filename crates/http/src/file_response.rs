@@ -155,7 +155,10 @@ fn read_whole(view: &View, file: &OpenFile, range: &RangeInclusive<u64>) -> Opti
     let mut buf = vec![0u8; want];
     let at = *range.start();
     match view.read_into(file, at, &mut buf) {
-        Ok(n) if n == want => return Some(Bytes::from(buf)),
+        Ok(n) if n == want => {
+            retagfs_metrics::metrics().http_sent_bytes.inc_by(n as u64);
+            return Some(Bytes::from(buf));
+        }
         Ok(n) => tracing::warn!("HTTP: track {}: read {n} of {want} bytes at {at}", file.track.id),
         Err(e) => tracing::warn!("HTTP: track {}: reading at {at}: {e}", file.track.id),
     }
@@ -282,7 +285,10 @@ fn stream(view: Arc<View>, file: Arc<OpenFile>, parts: Vec<Part>) -> crate::rout
                 let want = (range.end() - at + 1).min(CHUNK as u64) as usize;
                 let mut buf = vec![0u8; want];
                 let sent = match view.read_into(&file, at, &mut buf) {
-                    Ok(n) if n == want => tx.blocking_send(Ok(Frame::data(Bytes::from(buf)))),
+                    Ok(n) if n == want => {
+                        retagfs_metrics::metrics().http_sent_bytes.inc_by(n as u64);
+                        tx.blocking_send(Ok(Frame::data(Bytes::from(buf))))
+                    }
                     Ok(n) => {
                         let why = format!("read {n} of {want} bytes at {at}");
                         tracing::warn!("HTTP: track {}: {why}; connection cut", file.track.id);

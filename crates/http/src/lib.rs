@@ -10,6 +10,7 @@ mod auth;
 mod conditional;
 mod file_response;
 mod listing;
+mod metrics_endpoint;
 mod one_request;
 mod open_files;
 mod progress;
@@ -21,6 +22,7 @@ mod webdav;
 mod webdav_fs;
 
 pub use file_response::{asked_ranges, Asked};
+pub use metrics_endpoint::spawn_metrics;
 pub use one_request::answer;
 pub use request_path::{resolve, PathError};
 pub use server::{serve, spawn, HttpOptions};

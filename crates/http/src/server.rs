@@ -172,9 +172,18 @@ async fn serve_connection<S>(stream: S, peer: SocketAddr, shared: Arc<Shared>, h
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let service = service_fn(move |req| {
+    let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let shared = shared.clone();
-        async move { Ok::<_, std::convert::Infallible>(route::handle(shared, req).await) }
+        async move {
+            let (arrived, method) = (std::time::Instant::now(), req.method().clone());
+            let reply = route::handle(shared, req).await;
+            retagfs_metrics::metrics().http_request(
+                method.as_str(),
+                reply.status().as_u16(),
+                arrived.elapsed(),
+            );
+            Ok::<_, std::convert::Infallible>(reply)
+        }
     });
     let progress = LastProgress::new();
     let connection = http1::Builder::new()

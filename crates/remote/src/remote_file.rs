@@ -174,7 +174,9 @@ impl Inner {
                 return Err(io::Error::from_raw_os_error(libc::EIO));
             }
         }
+        let metrics = retagfs_metrics::metrics();
         if let Some(bytes) = blocks.get(block) {
+            metrics.read_ahead_hits.inc();
             if streaming {
                 self.read_ahead(&mut blocks, block);
             }
@@ -182,7 +184,12 @@ impl Inner {
         }
         // A reader going on loads a whole run (one GET if the remote has
         // to answer); any other read (a file's start, a seek) its block.
-        let run = if forward { MAX_RUN } else { 1 };
+        let run = if forward {
+            metrics.read_ahead_misses.inc();
+            MAX_RUN
+        } else {
+            1
+        };
         let claimed = blocks.claim(block, run, self.blocks_in_object());
         drop(blocks);
         self.load_for_reader(claimed, forward, streaming)

@@ -37,6 +37,8 @@ pub enum StoreError {
     Undo(String),
     #[error("cannot back up the store: {0}")]
     Backup(String),
+    #[error("cannot compact the store: {0}")]
+    Vacuum(String),
     /// SQLite's own error, said once: rusqlite's source (the code's text)
     /// repeats it in an error's chain.
     #[error("{0}")]

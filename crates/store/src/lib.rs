@@ -24,6 +24,7 @@ mod scan_lock;
 mod scan_write;
 mod scanned_dirs;
 mod sqlite_config;
+mod vacuum;
 
 pub use art_rows::{delete_orphan_art, insert_art};
 pub use change_times::EditedTracks;
@@ -48,3 +49,4 @@ pub use scan_write::{
 };
 pub use scanned_dirs::{DirEntry, DirStamp, Entries, EntryKind, InvalidRecord, ScannedDir, ScannedDirs};
 pub use sqlite_config::configure_sqlite;
+pub use vacuum::Compacted;

@@ -24,17 +24,7 @@ impl ScanLock {
     /// Takes the lock of the store at `db`, waiting while another scan
     /// holds it (`waiting` is called first if it must wait).
     pub fn acquire(db: &Path, waiting: impl FnOnce()) -> Result<ScanLock> {
-        let path = Self::path(db);
-        let lock_err = |source| StoreError::Lock {
-            path: path.display().to_string(),
-            source,
-        };
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(lock_err)?;
+        let (file, lock_err) = lock_file(db)?;
         // A mount looking whether a scan runs ([`ScanLock::held`]) holds
         // the lock for an instant: not worth a message.
         for _ in 0..LOCK_TRIES {
@@ -47,6 +37,23 @@ impl ScanLock {
         waiting();
         file.lock().map_err(lock_err)?;
         Ok(ScanLock { _file: file })
+    }
+
+    /// Takes the lock of the store at `db`, waiting at most `patience`
+    /// while another scan holds it: None when it still does then.
+    pub fn acquire_within(db: &Path, patience: Duration) -> Result<Option<ScanLock>> {
+        let (file, lock_err) = lock_file(db)?;
+        let give_up = std::time::Instant::now() + patience;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(Some(ScanLock { _file: file })),
+                Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < give_up => {
+                    std::thread::sleep(LOCK_RETRY)
+                }
+                Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+                Err(std::fs::TryLockError::Error(e)) => return Err(lock_err(e)),
+            }
+        }
     }
 
     /// Whether a scan of the store at `db` holds its lock now (false when
@@ -64,6 +71,23 @@ impl ScanLock {
             Err(std::fs::TryLockError::Error(e)) => Err(e),
         }
     }
+}
+
+/// The lock file of the store at `db`, open (made if missing), and how to
+/// say a failure to lock it.
+fn lock_file(db: &Path) -> Result<(std::fs::File, impl Fn(std::io::Error) -> StoreError)> {
+    let path = ScanLock::path(db);
+    let lock_err = move |source| StoreError::Lock {
+        path: path.display().to_string(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(ScanLock::path(db))
+        .map_err(&lock_err)?;
+    Ok((file, lock_err))
 }
 
 /// The path of a file SQLite or a scan keeps beside the store at `db`

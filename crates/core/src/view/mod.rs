@@ -10,6 +10,7 @@ mod render;
 pub mod search;
 pub mod template;
 pub mod tree;
+mod view_metrics;
 pub mod views;
 pub mod watch;
 
@@ -190,7 +191,7 @@ impl View {
                 );
             }
         }
-        Ok(View {
+        let view = View {
             config,
             tree: RwLock::new(tree),
             pool: ConnectionPool::new(db, served, store),
@@ -202,7 +203,9 @@ impl View {
             read_ahead: Mutex::default(),
             newer_schema_noted: Mutex::default(),
             searches: Searches::new(true),
-        })
+        };
+        view.note_metrics();
+        Ok(view)
     }
 
     /// The store file served (its device and inode, taken just before it
@@ -410,12 +413,17 @@ impl View {
         version: i64,
         log: Log,
     ) -> io::Result<(TrackRow, BackingFile, Arc<Layout>)> {
+        let metrics = retagfs_metrics::metrics();
         match self.opened.get(track_id, version) {
             Some((track, layout)) => {
+                metrics.open_cache_hits.inc();
                 let backing = open_backing(&track, log)?;
                 Ok((track, backing, layout))
             }
-            None => self.pool.with(|store| self.resolve(store, track_id, log)),
+            None => {
+                metrics.open_cache_misses.inc();
+                self.pool.with(|store| self.resolve(store, track_id, log))
+            }
         }
     }
 

@@ -240,8 +240,16 @@ impl ReadAhead {
                     break;
                 }
                 let chunk = match state.chunks.get(&i) {
-                    Some(c) => c.clone(),
+                    Some(c) => {
+                        if i <= last {
+                            retagfs_metrics::metrics().read_ahead_hits.inc();
+                        }
+                        c.clone()
+                    }
                     None if i <= last || BUFFERED.load(Ordering::Relaxed) < BUDGET => {
+                        if i <= last {
+                            retagfs_metrics::metrics().read_ahead_misses.inc();
+                        }
                         let c = self.fetch(i);
                         state.chunks.insert(i, c.clone());
                         c

@@ -190,6 +190,9 @@ fn refresh(lib: &View, on_refresh: &dyn Fn(&Refresh)) {
     match lib.refresh() {
         Ok(r) if r.tracks > 0 => {
             let took = started.elapsed();
+            let metrics = retagfs_metrics::metrics();
+            metrics.refreshes.inc();
+            metrics.refresh_seconds.observe(took.as_secs_f64());
             // Logged once the kernel has been told: what reads the log may
             // then read the view and find the change.
             on_refresh(&r);
@@ -207,6 +210,7 @@ fn refresh(lib: &View, on_refresh: &dyn Fn(&Refresh)) {
         Ok(_) => {}
         Err(e) => tracing::error!("refresh failed: {e:#}"),
     }
+    lib.note_metrics();
 }
 
 /// Which file the store's path names, to notice it being replaced: the
@@ -346,6 +350,7 @@ impl StoreFile {
                     took.as_secs_f64() * 1000.0
                 );
                 *self = StoreFile::at(db, id);
+                lib.note_metrics();
                 true
             }
             Err(e) => {
