@@ -3,7 +3,8 @@
 use crate::args::MetricsArgs;
 
 impl MetricsArgs {
-    /// Starts serving the metrics when asked to.
+    /// Starts counting and serving the metrics when asked to: before the
+    /// view loads, so that its gauges are set.
     pub fn start(&self) -> anyhow::Result<()> {
         let Some(listen) = self.metrics else {
             return Ok(());
@@ -15,6 +16,7 @@ impl MetricsArgs {
             );
         }
         retagfs_http::spawn_metrics(listen)?;
+        retagfs_metrics::enable();
         Ok(())
     }
 }

@@ -149,6 +149,9 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
     if !a.dry_run {
         check_mountpoint(&a.mountpoint)?;
     }
+    if !a.dry_run {
+        a.metrics.start()?;
+    }
     let lib = Arc::new(View::load(&a.db, config)?);
     crate::release_free_memory();
     lib.set_read_ahead(a.read_ahead.into());
@@ -177,7 +180,6 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
         let hint = FuseAccess::of_this_user().hint();
         format!("mounting on {} ({hint})", a.mountpoint.display())
     })?;
-    a.metrics.start()?;
     if let Some(listen) = a.serve {
         let options = retagfs_http::HttpOptions::new(listen);
         crate::serve::warn_if_exposed(&options);

@@ -22,10 +22,10 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         .zip(a.tls_key)
         .map(|(cert, key)| TlsFiles { cert, key });
     warn_if_exposed(&options);
+    a.metrics.start()?;
     let view = Arc::new(View::load(&a.db, config)?);
     crate::release_free_memory();
     let watcher = Watcher::spawn(view.clone(), &a.db, |_| {})?;
-    a.metrics.start()?;
     let served = retagfs_http::serve(view, options);
     watcher.stop();
     served

@@ -68,15 +68,16 @@ pub(crate) fn answer(server: &Server, req: &Request, out: &mut [u8]) -> Result<u
 /// Counts a request for `--metrics`: its kind, its error, the bytes a
 /// read answered.
 fn count(opcode: u32, answered: &Result<usize, Errno>) {
-    let metrics = retagfs_metrics::metrics();
-    metrics.fuse_request(request_kind(opcode));
-    match answered {
-        Ok(n) if opcode == READ => {
-            metrics.fuse_read_bytes.inc_by(*n as u64);
+    retagfs_metrics::count(|m| {
+        m.fuse_request(request_kind(opcode));
+        match answered {
+            Ok(n) if opcode == READ => {
+                m.fuse_read_bytes.inc_by(*n as u64);
+            }
+            Ok(_) => {}
+            Err(e) => m.fuse_error(e.code()),
         }
-        Ok(_) => {}
-        Err(e) => metrics.fuse_error(e.code()),
-    }
+    });
 }
 
 /// The index in [`retagfs_metrics::FUSE_REQUEST_KINDS`] of `opcode`'s kind.

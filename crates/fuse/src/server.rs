@@ -264,7 +264,7 @@ impl Server {
             passthrough,
         };
         self.handles.lock().insert(fh, handle);
-        retagfs_metrics::metrics().open_files.inc();
+        retagfs_metrics::count(|m| m.open_files.inc());
     }
 
     /// A backing file registered with the kernel when it can read this
@@ -312,7 +312,7 @@ impl Server {
     pub(crate) fn release(&self, ino: u64, fh: u64) {
         let handle = self.handles.lock().remove(&fh);
         if handle.is_some() {
-            retagfs_metrics::metrics().open_files.dec();
+            retagfs_metrics::count(|m| m.open_files.dec());
         }
         match handle {
             Some(h) if h.passthrough => self.open_inodes.released_passthrough(ino),

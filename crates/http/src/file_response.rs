@@ -156,7 +156,7 @@ fn read_whole(view: &View, file: &OpenFile, range: &RangeInclusive<u64>) -> Opti
     let at = *range.start();
     match view.read_into(file, at, &mut buf) {
         Ok(n) if n == want => {
-            retagfs_metrics::metrics().http_sent_bytes.inc_by(n as u64);
+            retagfs_metrics::count(|m| m.http_sent_bytes.inc_by(n as u64));
             return Some(Bytes::from(buf));
         }
         Ok(n) => tracing::warn!("HTTP: track {}: read {n} of {want} bytes at {at}", file.track.id),
@@ -286,7 +286,7 @@ fn stream(view: Arc<View>, file: Arc<OpenFile>, parts: Vec<Part>) -> crate::rout
                 let mut buf = vec![0u8; want];
                 let sent = match view.read_into(&file, at, &mut buf) {
                     Ok(n) if n == want => {
-                        retagfs_metrics::metrics().http_sent_bytes.inc_by(n as u64);
+                        retagfs_metrics::count(|m| m.http_sent_bytes.inc_by(n as u64));
                         tx.blocking_send(Ok(Frame::data(Bytes::from(buf))))
                     }
                     Ok(n) => {

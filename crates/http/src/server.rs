@@ -177,11 +177,9 @@ where
         async move {
             let (arrived, method) = (std::time::Instant::now(), req.method().clone());
             let reply = route::handle(shared, req).await;
-            retagfs_metrics::metrics().http_request(
-                method.as_str(),
-                reply.status().as_u16(),
-                arrived.elapsed(),
-            );
+            retagfs_metrics::count(|m| {
+                m.http_request(method.as_str(), reply.status().as_u16(), arrived.elapsed())
+            });
             Ok::<_, std::convert::Infallible>(reply)
         }
     });

@@ -3,10 +3,12 @@
 //! docs/usage.md lists), counted where things happen, and written out in
 //! the Prometheus text format when scraped.
 //!
-//! Counting is always on: a counter is an atomic add, cheaper than
-//! checking whether anyone is looking. Counters a request path bumps are
-//! made once, up front, so that no count looks a label up.
+//! Nothing is counted unless `--metrics` asked for it ([`enable`]): a
+//! count is then an atomic add, and without it a load of one flag.
+//! Counters a request path bumps are made once, up front, so that no count
+//! looks a label up.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -138,9 +140,20 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
 
 static EXPOSITION: Mutex<Option<Exposition>> = Mutex::new(None);
 
-/// The process's metrics.
-pub fn metrics() -> &'static Metrics {
-    &METRICS
+static COUNTING: AtomicBool = AtomicBool::new(false);
+
+/// Starts counting (before the view loads, so that its gauges are set).
+pub fn enable() {
+    LazyLock::force(&METRICS);
+    COUNTING.store(true, Ordering::Relaxed);
+}
+
+/// Counts with `f` when counting was enabled.
+#[inline]
+pub fn count<T>(f: impl FnOnce(&'static Metrics) -> T) {
+    if COUNTING.load(Ordering::Relaxed) {
+        f(&METRICS);
+    }
 }
 
 fn exposition(m: &Metrics, fuse_requests: Family<OneLabel, Counter>) -> Exposition {
@@ -238,9 +251,15 @@ mod tests {
 
     #[test]
     fn counts_show_in_the_text_with_their_labels() {
-        metrics().fuse_request(3);
-        metrics().fuse_error(libc::ENOENT);
-        metrics().http_request("GET", 206, Duration::from_millis(3));
+        count(|m| m.fuse_request(3));
+        assert!(
+            !render().contains("kind=\"read\"} 1"),
+            "nothing counted before enable()"
+        );
+        enable();
+        count(|m| m.fuse_request(3));
+        count(|m| m.fuse_error(libc::ENOENT));
+        count(|m| m.http_request("GET", 206, Duration::from_millis(3)));
         let text = render();
         assert!(
             text.contains("retagfs_fuse_requests_total{kind=\"read\"} 1"),

@@ -174,9 +174,8 @@ impl Inner {
                 return Err(io::Error::from_raw_os_error(libc::EIO));
             }
         }
-        let metrics = retagfs_metrics::metrics();
         if let Some(bytes) = blocks.get(block) {
-            metrics.read_ahead_hits.inc();
+            retagfs_metrics::count(|m| m.read_ahead_hits.inc());
             if streaming {
                 self.read_ahead(&mut blocks, block);
             }
@@ -185,7 +184,7 @@ impl Inner {
         // A reader going on loads a whole run (one GET if the remote has
         // to answer); any other read (a file's start, a seek) its block.
         let run = if forward {
-            metrics.read_ahead_misses.inc();
+            retagfs_metrics::count(|m| m.read_ahead_misses.inc());
             MAX_RUN
         } else {
             1

@@ -413,15 +413,14 @@ impl View {
         version: i64,
         log: Log,
     ) -> io::Result<(TrackRow, BackingFile, Arc<Layout>)> {
-        let metrics = retagfs_metrics::metrics();
         match self.opened.get(track_id, version) {
             Some((track, layout)) => {
-                metrics.open_cache_hits.inc();
+                retagfs_metrics::count(|m| m.open_cache_hits.inc());
                 let backing = open_backing(&track, log)?;
                 Ok((track, backing, layout))
             }
             None => {
-                metrics.open_cache_misses.inc();
+                retagfs_metrics::count(|m| m.open_cache_misses.inc());
                 self.pool.with(|store| self.resolve(store, track_id, log))
             }
         }

@@ -242,13 +242,13 @@ impl ReadAhead {
                 let chunk = match state.chunks.get(&i) {
                     Some(c) => {
                         if i <= last {
-                            retagfs_metrics::metrics().read_ahead_hits.inc();
+                            retagfs_metrics::count(|m| m.read_ahead_hits.inc());
                         }
                         c.clone()
                     }
                     None if i <= last || BUFFERED.load(Ordering::Relaxed) < BUDGET => {
                         if i <= last {
-                            retagfs_metrics::metrics().read_ahead_misses.inc();
+                            retagfs_metrics::count(|m| m.read_ahead_misses.inc());
                         }
                         let c = self.fetch(i);
                         state.chunks.insert(i, c.clone());

@@ -6,9 +6,10 @@ use super::View;
 impl View {
     /// Sets the gauges of what the view shows now.
     pub(super) fn note_metrics(&self) {
-        let metrics = retagfs_metrics::metrics();
-        metrics.view_tracks.set(self.tree().file_count() as i64);
-        metrics.store_change.set(*self.seen_seq.lock());
-        metrics.store_generation.set(self.pool.generation() as i64);
+        retagfs_metrics::count(|m| {
+            m.view_tracks.set(self.tree().file_count() as i64);
+            m.store_change.set(*self.seen_seq.lock());
+            m.store_generation.set(self.pool.generation() as i64);
+        });
     }
 }

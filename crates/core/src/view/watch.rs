@@ -190,9 +190,10 @@ fn refresh(lib: &View, on_refresh: &dyn Fn(&Refresh)) {
     match lib.refresh() {
         Ok(r) if r.tracks > 0 => {
             let took = started.elapsed();
-            let metrics = retagfs_metrics::metrics();
-            metrics.refreshes.inc();
-            metrics.refresh_seconds.observe(took.as_secs_f64());
+            retagfs_metrics::count(|m| {
+                m.refreshes.inc();
+                m.refresh_seconds.observe(took.as_secs_f64());
+            });
             // Logged once the kernel has been told: what reads the log may
             // then read the view and find the change.
             on_refresh(&r);
