@@ -31,6 +31,10 @@ directly on the backing files in the same run, as a ratio:
             one fanned out over genres) against one view of the same store:
             mount to first ls, memory, a retag's refresh time, 20k and
             --scale tracks (see bench_views.py)
+  metrics   the same mounts with `--metrics` (scraped every second) and
+            without: a fresh walk, an indexer's pass and sequential reads
+            through the daemon, alternated; the ratio (see
+            bench_metrics.py)
   remote    a library in an S3 bucket (versitygw), 20 ms added to every
             request: retagfs scanning and mounting the bucket against
             `rclone mount` with retagfs over it (first scans and re-scans,
@@ -68,6 +72,7 @@ import mutagen
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_http  # noqa: E402
+import bench_metrics  # noqa: E402
 import bench_refresh  # noqa: E402
 import bench_query  # noqa: E402
 import bench_views  # noqa: E402
@@ -836,7 +841,7 @@ def main():
     ap.add_argument("--work", help="keep generated libraries here (default: a temp dir)")
     ap.add_argument("--scale", type=int, default=100000,
                     help="also scan, walk, stat and refresh a library this large (0: skip)")
-    ap.add_argument("--only", default="scan,tree,read,slow,refresh,http,query,views")
+    ap.add_argument("--only", default="scan,tree,read,slow,refresh,http,query,views,metrics")
     ap.add_argument("--io-uring", choices=["on", "off"], default="on" if os.path.exists(URING_PARAM) else "off",
                     help="mount with FUSE over io_uring (default where the kernel has it; as root the fuse module "
                          "parameter is turned on for the run and restored after)")
@@ -891,6 +896,8 @@ def main():
         bench_query.bench(sys.modules[__name__], work, a.tracks, a.scale, a.runs)
     if "views" in only:
         bench_views.bench(sys.modules[__name__], work, a.tracks, a.scale, a.runs)
+    if "metrics" in only:
+        bench_metrics.bench(sys.modules[__name__], work, a.tracks, a.runs)
     if "remote" in only:
         bench_remote.bench(sys.modules[__name__], work, a.tracks, a.runs)
     if not a.work:
