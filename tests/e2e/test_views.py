@@ -58,16 +58,22 @@ def files_under(root):
 
 
 def expected(tracks):
-    """Every view's files, from the export alone."""
+    """Every view's files, from the export alone, with the cover of each
+    folder of a track with a picture (views turn covers on; the fixtures'
+    one picture is a PNG, carried by the two FLACs)."""
     out = set()
     for t in tracks.values():
         name = "T%d%s" % (t["id"], os.path.splitext(t["backing_path"])[1])
         genres = [g for g in t["tags"].get("genre", []) if g]
-        out.add("All/%s/%s" % (t["format"], name))
+        places = ["All/%s/%s" % (t["format"], name)]
         if any("jazz" in g.lower() for g in genres):
-            out.add("Jazz/" + name)
-        out.add("By genre/%s/%s" % (", ".join(genres) or "No Genre", name))
-        out.update("Genres/%s/%s" % (g, name) for g in genres or ["No Genre"])
+            places.append("Jazz/" + name)
+        places.append("By genre/%s/%s" % (", ".join(genres) or "No Genre", name))
+        places.extend("Genres/%s/%s" % (g, name) for g in genres or ["No Genre"])
+        out.update(places)
+        if t["art"]:
+            assert [a["mime"] for a in t["art"]] == ["image/png"], t["art"]
+            out.update(os.path.join(os.path.dirname(p), "cover.png") for p in places)
     return out
 
 

@@ -269,6 +269,16 @@ pub struct ViewArgs {
     /// spaces go, and device names such as `CON` or `nul.live` get a `_`.
     #[arg(long)]
     pub windows_names: bool,
+    /// Give each folder of tracks a cover file (`cover.jpg` or
+    /// `cover.png`, after the picture): the front cover most of its tracks
+    /// carry, as media servers and players look for it. On by default when
+    /// the configuration file defines views; `--covers false` turns it off.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub covers: Option<bool>,
+    /// The name of cover files, without extension (`folder` for
+    /// `folder.jpg`).
+    #[arg(long, value_name = "NAME", default_value = "cover")]
+    pub cover_name: String,
     /// The configuration file's `[[view]]`s: several views at the root.
     #[arg(skip)]
     pub views: Vec<crate::config_views::ViewDefinition>,
@@ -619,7 +629,18 @@ impl ViewArgs {
                 fallbacks: own,
             }
         });
-        let views = views.collect();
+        let views: Vec<_> = views.collect();
+        let covers = self.covers.unwrap_or(!views.is_empty());
+        let cover_name = match retagfs_core::view::tree::sanitize_component(&self.cover_name) {
+            Some(name) if name == self.cover_name => name,
+            _ => {
+                return Err(crate::UsageError(format!(
+                    "--cover-name {:?}: give a file name without `/`",
+                    self.cover_name
+                ))
+                .into())
+            }
+        };
         Ok(retagfs_core::ViewConfig {
             template,
             fallbacks,
@@ -627,6 +648,7 @@ impl ViewArgs {
             synthesis: Default::default(),
             windows_names: self.windows_names,
             views,
+            cover_name: covers.then(|| cover_name.into()),
         })
     }
 }

@@ -96,6 +96,7 @@ fn view() -> ViewConfig {
         synthesis: Default::default(),
         windows_names: false,
         views: Vec::new(),
+        cover_name: None,
     }
 }
 

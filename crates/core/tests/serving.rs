@@ -27,7 +27,7 @@ fn served_flac_has_store_tags_and_original_audio() {
     let ino = file_ino(track.id);
     let size = match &lib.tree().get(ino).unwrap().entry {
         Entry::File(f) => f.size,
-        Entry::Dir { .. } => panic!("not a file"),
+        _ => panic!("not a track's file"),
     };
     let served = read_all(&lib, ino);
     assert_eq!(served.len() as u64, size, "stat size equals bytes served");

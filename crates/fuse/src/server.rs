@@ -162,6 +162,13 @@ impl Server {
                     time_of(f.mtime_ns),
                 )
             },
+            Entry::Cover(cover) => self.attr_of(
+                ino,
+                FileType::RegularFile,
+                u64::from(cover.art.len),
+                self.ownership.file_mode,
+                time_of(cover.mtime_ns),
+            ),
         }
     }
 
@@ -249,7 +256,7 @@ impl Server {
                 backing: Some(backing),
             });
         }
-        let flags = flags | self.open_inodes.opened(ino, file.track.content_version);
+        let flags = flags | self.open_inodes.opened(ino, file.served.version);
         self.keep_handle(fh, file, false);
         Ok(Opened {
             fh,
@@ -316,7 +323,7 @@ impl Server {
         }
         match handle {
             Some(h) if h.passthrough => self.open_inodes.released_passthrough(ino),
-            Some(h) => self.open_inodes.released(ino, h.file.track.content_version),
+            Some(h) => self.open_inodes.released(ino, h.file.served.version),
             None => {}
         }
     }
@@ -434,7 +441,7 @@ pub(crate) fn dir_entries(
 /// directory, as before: the lookup that follows answers ENOENT).
 pub(crate) fn kind_of(node: Option<&Node>) -> FileType {
     match node.map(|n| &n.entry) {
-        Some(Entry::File(_)) => FileType::RegularFile,
+        Some(Entry::File(_) | Entry::Cover(_)) => FileType::RegularFile,
         _ => FileType::Directory,
     }
 }

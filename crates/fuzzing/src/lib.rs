@@ -79,6 +79,7 @@ fn small_view() -> (tempfile::TempDir, std::sync::Arc<retagfs_core::View>) {
         synthesis: Default::default(),
         windows_names: false,
         views: Vec::new(),
+        cover_name: None,
     };
     let view = retagfs_core::View::load(&db, config).expect("view");
     (dir, std::sync::Arc::new(view))
@@ -121,6 +122,7 @@ pub fn http_request(data: &[u8]) {
                 size: 1000,
                 mtime_ns: 0,
                 content_version: 1,
+                cover: None,
             },
         });
     }

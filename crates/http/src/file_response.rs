@@ -15,9 +15,8 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame};
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Response, StatusCode};
-use retagfs_core::view::tree::{FileEntry, NameExtension};
+use retagfs_core::view::served_file::ServedFile;
 use retagfs_core::{OpenFile, View};
-use retagfs_store::Format;
 use tokio::sync::mpsc;
 
 use crate::conditional::{evaluate, Precondition, Validators};
@@ -30,58 +29,45 @@ const CHUNKS_AHEAD: usize = 4;
 /// Separates the parts of a multi-range answer.
 const BOUNDARY: &str = "retagfs-byteranges-7c1f3a";
 
-/// The `Content-Type` of a served file.
-pub(crate) fn content_type(file: &FileEntry) -> &'static str {
-    match (file.format, file.name_extension) {
-        (Format::Mp4, NameExtension::M4v | NameExtension::Mp4) => "video/mp4",
-        (Format::Flac, _) => "audio/flac",
-        (Format::Mp3, _) => "audio/mpeg",
-        (Format::Mp4, _) => "audio/mp4",
-        (Format::Vorbis, _) => "audio/ogg",
-        (Format::Opus, _) => "audio/ogg; codecs=opus",
-        (Format::Wav, _) => "audio/wav",
-    }
-}
-
 /// Answers a GET (or, with `head`, a HEAD) of the file at `ino`, off the
 /// async threads: opening a file and reading a small body whole are
 /// blocking work, done in one go.
 pub(crate) async fn respond(
     shared: Arc<Shared>,
     ino: u64,
-    entry: FileEntry,
+    served: ServedFile,
     headers: HeaderMap,
     head: bool,
 ) -> Reply {
-    tokio::task::spawn_blocking(move || answer(&shared, ino, entry, &headers, head))
+    tokio::task::spawn_blocking(move || answer(&shared, ino, served, &headers, head))
         .await
         .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "the answer failed"))
 }
 
 /// The file of `ino` at the version the tree names: held from a recent
 /// request while its backing file is as the scan saw it, else opened.
-fn open(shared: &Shared, ino: u64, entry: &FileEntry) -> io::Result<Arc<OpenFile>> {
-    let held = shared.open_files.get(ino, entry.content_version);
+fn open(shared: &Shared, ino: u64, served: &ServedFile) -> io::Result<Arc<OpenFile>> {
+    let held = shared.open_files.get(ino, served.version);
     if let Some(file) = held.filter(|f| f.backing_unchanged()) {
         return Ok(file);
     }
     let file = Arc::new(shared.view.open(ino)?);
     // Held under the version it opened (a refresh may have come between
     // the tree's look and the open).
-    shared
-        .open_files
-        .put(ino, file.track.content_version, file.clone());
+    shared.open_files.put(ino, file.served.version, file.clone());
     Ok(file)
 }
 
-fn answer(shared: &Shared, ino: u64, entry: FileEntry, headers: &HeaderMap, head: bool) -> Reply {
-    let file = match open(shared, ino, &entry) {
+fn answer(shared: &Shared, ino: u64, served: ServedFile, headers: &HeaderMap, head: bool) -> Reply {
+    let file = match open(shared, ino, &served) {
         Ok(file) => file,
         Err(e) => return open_failed(&e),
     };
     let now = SystemTime::now();
-    let track = &file.track;
-    let validators = Validators::new(track.id, track.content_version, track.served_mtime_ns(), now);
+    // As of the version opened (a refresh may have come since the tree
+    // was read).
+    let opened = &file.served;
+    let validators = Validators::new(opened.id, opened.version, opened.mtime_ns, now);
     let size = file.layout.len();
     let ranges_allowed = match evaluate(headers, &validators) {
         Precondition::NotModified => return with_validators(StatusCode::NOT_MODIFIED, &validators, now, 0),
@@ -96,7 +82,7 @@ fn answer(shared: &Shared, ino: u64, entry: FileEntry, headers: &HeaderMap, head
             Asked::Unsatisfiable => return unsatisfiable(size),
         },
     };
-    let kind = content_type(&entry);
+    let kind = opened.content_type;
     let (status, parts, length, body_type) = match ranges.as_deref() {
         None => (
             StatusCode::OK,

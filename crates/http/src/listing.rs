@@ -6,10 +6,9 @@
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Response, StatusCode};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
-use retagfs_core::view::tree::{Entry, FileEntry};
+use retagfs_core::view::served_file::ServedFile;
 use retagfs_core::View;
 
-use crate::file_response::content_type;
 use crate::route::{full, Reply};
 
 /// What a path component's link leaves as it is (RFC 3986 unreserved).
@@ -23,7 +22,7 @@ const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
 struct Item {
     name: String,
     /// The file's attributes; None for a folder.
-    file: Option<FileEntry>,
+    file: Option<ServedFile>,
 }
 
 impl Item {
@@ -67,10 +66,7 @@ fn items(view: &View, ino: u64) -> Vec<Item> {
     };
     listing
         .filter_map(|(child, name, _)| {
-            let file = match &tree.get(child)?.entry {
-                Entry::File(f) => Some(f.clone()),
-                Entry::Dir { .. } => None,
-            };
+            let file = tree.get(child)?.entry.served_file();
             Some(Item {
                 name: name.to_string(),
                 file,
@@ -85,7 +81,7 @@ fn json(items: &[Item]) -> String {
         .map(|i| match &i.file {
             Some(f) => serde_json::json!({
                 "name": i.name, "type": "file", "href": i.href(), "size": f.size,
-                "content_type": content_type(f), "track_id": f.track_id,
+                "content_type": f.content_type, "track_id": f.track_id,
             }),
             None => serde_json::json!({"name": i.name, "type": "folder", "href": i.href()}),
         })
@@ -95,7 +91,7 @@ fn json(items: &[Item]) -> String {
 
 fn m3u8(items: &[Item]) -> String {
     let mut out = String::from("#EXTM3U\n");
-    for item in items.iter().filter(|i| i.file.is_some()) {
+    for item in items.iter().filter(|i| i.file.is_some_and(|f| f.is_audio())) {
         let title = item
             .name
             .rsplit_once('.')
@@ -117,9 +113,13 @@ fn html(path: &str, items: &[Item]) -> String {
         let href = escape(&item.href());
         match &item.file {
             None => rows.push_str(&format!("<li class=dir><a href=\"{href}\">{name}/</a></li>\n")),
-            Some(f) => rows.push_str(&format!(
+            Some(f) if f.is_audio() => rows.push_str(&format!(
                 "<li><a href=\"{href}\">{name}</a> <small>{}</small><br>\
                  <audio controls preload=\"none\" src=\"{href}\"></audio></li>\n",
+                human_size(f.size)
+            )),
+            Some(f) => rows.push_str(&format!(
+                "<li><a href=\"{href}\">{name}</a> <small>{}</small></li>\n",
                 human_size(f.size)
             )),
         }

@@ -96,6 +96,7 @@ mod tests {
                     size: 10,
                     mtime_ns: 0,
                     content_version: 1,
+                    cover: None,
                 },
             });
         }

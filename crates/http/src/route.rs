@@ -10,6 +10,7 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Body;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
+use retagfs_core::view::served_file::ServedFile;
 use retagfs_core::view::tree::Entry;
 use retagfs_core::View;
 
@@ -67,7 +68,7 @@ pub(crate) fn plain(status: StatusCode, text: &str) -> Reply {
 
 /// What a request path names, read from the tree under its lock.
 enum Found {
-    File(u64, retagfs_core::view::tree::FileEntry),
+    File(u64, ServedFile),
     Folder(u64),
     /// A folder asked for without its closing `/`: relative links in its
     /// listing need it.
@@ -114,9 +115,12 @@ where
             }
             Err(PathError::NotFound) => return plain(StatusCode::NOT_FOUND, "not found"),
             Ok((ino, slash)) => match tree.get(ino).map(|n| &n.entry) {
-                Some(Entry::File(_)) if slash => return plain(StatusCode::NOT_FOUND, "not found"),
+                Some(Entry::File(_) | Entry::Cover(_)) if slash => {
+                    return plain(StatusCode::NOT_FOUND, "not found")
+                }
                 Some(_) if reading == Reading::PropFind => Found::Properties,
-                Some(Entry::File(file)) => Found::File(ino, file.clone()),
+                Some(Entry::File(file)) => Found::File(ino, ServedFile::of_track(file)),
+                Some(Entry::Cover(cover)) => Found::File(ino, ServedFile::of_cover(cover)),
                 Some(Entry::Dir { .. }) if slash => Found::Folder(ino),
                 Some(Entry::Dir { .. }) => Found::FolderWithoutSlash,
                 None => return plain(StatusCode::NOT_FOUND, "not found"),

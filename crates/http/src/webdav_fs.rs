@@ -15,7 +15,8 @@ use dav_server::fs::{
     OpenOptions, ReadDirMeta,
 };
 use futures_util::{future, stream, FutureExt};
-use retagfs_core::view::tree::{Entry, FileEntry, Tree};
+use retagfs_core::view::served_file::ServedFile;
+use retagfs_core::view::tree::Tree;
 use retagfs_core::View;
 
 use crate::conditional::entity_tag;
@@ -35,9 +36,10 @@ impl ViewFs {
     }
 
     fn attributes(&self, tree: &Tree, ino: u64) -> FsResult<Attributes> {
-        match &tree.get(ino).ok_or(FsError::NotFound)?.entry {
-            Entry::File(file) => Ok(Attributes::File(file.clone())),
-            Entry::Dir { .. } => Ok(Attributes::Folder(
+        let entry = &tree.get(ino).ok_or(FsError::NotFound)?.entry;
+        match entry.served_file() {
+            Some(file) => Ok(Attributes::File(file)),
+            None => Ok(Attributes::Folder(
                 tree.listing_changed_at(ino).unwrap_or(self.started),
             )),
         }
@@ -55,7 +57,7 @@ impl ViewFs {
 /// What PROPFIND says of one node.
 #[derive(Debug, Clone)]
 enum Attributes {
-    File(FileEntry),
+    File(ServedFile),
     /// A folder, with the time its listing last changed.
     Folder(SystemTime),
 }
@@ -83,7 +85,7 @@ impl DavMetaData for Attributes {
     /// (dav-server writes this value as it is).
     fn etag(&self) -> Option<String> {
         match self {
-            Attributes::File(file) => Some(entity_tag(file.track_id, file.content_version)),
+            Attributes::File(file) => Some(entity_tag(file.id, file.version)),
             Attributes::Folder(_) => None,
         }
     }

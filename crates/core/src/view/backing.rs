@@ -9,6 +9,9 @@ use retagfs_remote::{is_remote_path, ObjectUrl, ObjectVersion, RemoteFile};
 pub(crate) enum BackingFile {
     Local(Arc<File>),
     Remote(RemoteFile),
+    /// None: every byte of the served file comes from the store (a
+    /// folder's cover).
+    Store,
 }
 
 impl BackingFile {
@@ -17,7 +20,7 @@ impl BackingFile {
     pub(super) fn local(&self) -> Option<&Arc<File>> {
         match self {
             BackingFile::Local(file) => Some(file),
-            BackingFile::Remote(_) => None,
+            BackingFile::Remote(_) | BackingFile::Store => None,
         }
     }
 
@@ -25,6 +28,7 @@ impl BackingFile {
         match self {
             BackingFile::Local(file) => file.read_exact_at(buf, offset),
             BackingFile::Remote(object) => object.read_exact_at(buf, offset),
+            BackingFile::Store => Err(no_backing_file()),
         }
     }
 
@@ -33,7 +37,7 @@ impl BackingFile {
     pub(super) fn check_stamps(&self, track: &TrackRow, log: Log) -> io::Result<()> {
         match self {
             BackingFile::Local(file) => check_stamps(track, file, log),
-            BackingFile::Remote(_) => Ok(()),
+            BackingFile::Remote(_) | BackingFile::Store => Ok(()),
         }
     }
 }
@@ -49,8 +53,13 @@ impl ReadAt for BackingFile {
                 object.read_exact_at(&mut buf[..n], offset)?;
                 Ok(n)
             }
+            BackingFile::Store => Err(no_backing_file()),
         }
     }
+}
+
+fn no_backing_file() -> io::Error {
+    io::Error::other("a file served from the store alone has no backing file")
 }
 
 /// Opens a track's backing file; a file that changed since the scan is

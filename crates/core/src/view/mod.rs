@@ -3,11 +3,13 @@
 
 mod backing;
 mod connection_pool;
+mod cover_file;
 mod open_cache;
 pub mod read_ahead;
 mod refresh;
 mod render;
 pub mod search;
+pub mod served_file;
 pub mod template;
 pub mod tree;
 mod view_metrics;
@@ -72,6 +74,8 @@ pub struct View {
 pub struct OpenFile {
     pub track: TrackRow,
     pub layout: Arc<Layout>,
+    /// What clients see of it, as of the version opened.
+    pub served: served_file::ServedFile,
     backing: BackingFile,
     read_ahead: Option<ReadAhead>,
     first_read: Option<FirstRead>,
@@ -272,6 +276,7 @@ impl View {
         let store_generation = self.pool.generation();
         let entry = match self.tree().get(ino).map(|n| &n.entry) {
             Some(crate::view::tree::Entry::File(f)) => f.clone(),
+            Some(crate::view::tree::Entry::Cover(_)) => return self.open_cover(ino, store_generation),
             Some(_) => return Err(io::Error::from_raw_os_error(libc::EISDIR)),
             None => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
         };
@@ -304,9 +309,16 @@ impl View {
             ),
             None => (None, None),
         };
+        let served = served_file::ServedFile {
+            size: layout.len(),
+            mtime_ns: track.served_mtime_ns(),
+            version: track.content_version,
+            ..served_file::ServedFile::of_track(&entry)
+        };
         Ok(OpenFile {
             track,
             layout,
+            served,
             backing,
             read_ahead,
             first_read,
@@ -619,6 +631,7 @@ mod tests {
             synthesis: SynthesisOptions::default(),
             windows_names: false,
             views: Vec::new(),
+            cover_name: None,
         }
     }
 

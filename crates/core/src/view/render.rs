@@ -2,6 +2,7 @@
 //! template, and the size of its served file.
 
 use super::*;
+use crate::view::tree::CoverArt;
 
 /// How files are served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +26,9 @@ pub struct ViewConfig {
     /// Several views at the root, each its own folder; none: one view,
     /// `template` at the root.
     pub views: Vec<crate::view::views::ViewSpec>,
+    /// Folders hold a cover named this, `.jpg` or `.png` after the picture
+    /// (`cover`); None: no covers.
+    pub cover_name: Option<std::sync::Arc<str>>,
 }
 
 /// A track's tags as template fields, plus computed fields:
@@ -142,7 +146,7 @@ pub(super) fn load_tree_noting(
         }
         drop((batches_rx, placed_tx));
         let builder = s.spawn(move || {
-            let mut tree = TreeBuilder::default();
+            let mut tree = TreeBuilder::default().with_covers(config.cover_name.clone());
             let mut valued = 0;
             // Batches rendered ahead of one still being rendered wait here.
             let mut early = BTreeMap::new();
@@ -282,6 +286,10 @@ fn file_entry(config: &ViewConfig, b: &TrackBundle) -> FileEntry {
         size,
         mtime_ns: t.served_mtime_ns(),
         content_version: t.content_version,
+        cover: config
+            .cover_name
+            .as_ref()
+            .and_then(|_| CoverArt::of_track(&b.art)),
     }
 }
 

@@ -289,6 +289,7 @@ mod tests {
                 size: 100,
                 mtime_ns: 0,
                 content_version: 1,
+                cover: None,
             },
         })
     }

@@ -14,6 +14,9 @@ use std::time::SystemTime;
 use retagfs_store::Format;
 use sha2::{Digest, Sha256};
 
+mod covers;
+pub use covers::{CoverArt, FolderCover, MOST_FILES_OF_A_COVERED_FOLDER};
+
 pub const ROOT_INO: u64 = 1;
 /// File inodes are `FILE_INO_BASE + track id`.
 const FILE_INO_BASE: u64 = 1;
@@ -56,6 +59,8 @@ pub struct FileEntry {
     pub size: u64,
     pub mtime_ns: i64,
     pub content_version: i64,
+    /// The picture the track offers its folder as a cover.
+    pub cover: Option<CoverArt>,
 }
 
 impl FileEntry {
@@ -101,6 +106,8 @@ pub enum Entry {
         children: BTreeMap<Arc<str>, u64>,
     },
     File(FileEntry),
+    /// A folder's cover ([`covers`]).
+    Cover(FolderCover),
 }
 
 #[derive(Debug, Clone)]
@@ -221,6 +228,10 @@ pub struct Tree {
     /// tree's directories are numbered by a hash of their path, stable
     /// across remounts).
     next_dir_ino: Option<u64>,
+    /// The base name of folders' covers (`cover`); None: no covers.
+    cover_name: Option<Arc<str>>,
+    /// Covers in the tree.
+    cover_count: usize,
 }
 
 /// A tree built from placements given one by one in track id order (a
@@ -243,6 +254,13 @@ pub struct TreeBuilder {
 const LAST_DIRS: usize = 16;
 
 impl TreeBuilder {
+    /// Folders of the tree built get covers named `base.jpg` or `base.png`
+    /// ([`covers`]); None: no covers.
+    pub fn with_covers(mut self, base: Option<Arc<str>>) -> TreeBuilder {
+        self.tree.set_cover_name(base);
+        self
+    }
+
     /// Adds the next track; its id must be above every track added before.
     pub fn add(&mut self, p: Placement) {
         if !servable(&p) {
@@ -269,6 +287,7 @@ impl TreeBuilder {
         for (dir, stem, file) in self.files {
             self.tree.insert_file(dir, &stem, file);
         }
+        self.tree.sync_all_covers();
         // Places are only added one by one after this, by refreshes.
         for places in self.tree.links.values_mut() {
             places.shrink_to_fit();
@@ -466,6 +485,8 @@ impl Tree {
             listing_changed: HashMap::default(),
             root,
             next_dir_ino,
+            cover_name: None,
+            cover_count: 0,
         }
     }
 
@@ -546,6 +567,7 @@ impl Tree {
     /// removed and placed again.
     pub fn replace(&mut self, ino: u64, placements: Vec<Placement>, out: &mut Invalidations) {
         let existed = self.nodes.contains_key(&ino);
+        let folders_before: Vec<u64> = self.places(ino).iter().map(|(parent, _)| *parent).collect();
         let rendered = placements
             .iter()
             .map(|p| path_hash(&p.path))
@@ -566,6 +588,15 @@ impl Tree {
         }
         if existed {
             out.inodes.push(ino);
+        }
+        if self.cover_name.is_some() {
+            let folders_after = self.places(ino).into_iter().map(|(parent, _)| parent);
+            let mut folders: Vec<u64> = folders_before.into_iter().chain(folders_after).collect();
+            folders.sort_unstable();
+            folders.dedup();
+            for folder in folders {
+                self.sync_cover(folder, out);
+            }
         }
     }
 
@@ -623,13 +654,11 @@ impl Tree {
         for (ino, old) in self.nodes.iter() {
             let same_places = self.same_places(new, *ino);
             match new.nodes.get(ino) {
-                Some(n) if same_places => {
-                    if let (Entry::File(a), Entry::File(b)) = (&old.entry, &n.entry) {
-                        if a != b {
-                            out.inodes.push(*ino);
-                        }
-                    }
-                }
+                Some(n) if same_places => match (&old.entry, &n.entry) {
+                    (Entry::File(a), Entry::File(b)) if a != b => out.inodes.push(*ino),
+                    (Entry::Cover(a), Entry::Cover(b)) if a != b => out.inodes.push(*ino),
+                    _ => {}
+                },
                 other => {
                     if *ino != self.root {
                         out.entries.extend(entries(self, *ino));
@@ -673,10 +702,12 @@ impl Tree {
             let parent_empty = match self.nodes.get_mut(&parent).map(|n| &mut n.entry) {
                 Some(Entry::Dir { children }) => {
                     children.remove(&name);
-                    children.is_empty()
+                    children.len() <= 1
                 }
                 _ => false,
             };
+            // A folder left with its cover alone is empty: the cover goes.
+            let parent_empty = parent_empty && self.drop_lone_cover(parent, removed);
             self.forget_suffix(parent, &name);
             removed.push((parent, name.to_string()));
             if !parent_empty || parent == self.root {
@@ -700,7 +731,7 @@ impl Tree {
             // A file placed earlier (by a refresh) may hold the name.
             while matches!(
                 self.child(dir, &name).map(|i| &self.nodes[&i].entry),
-                Some(Entry::File(_))
+                Some(Entry::File(_) | Entry::Cover(_))
             ) {
                 name = format!("{} (dir)", truncate_utf8(&name, NAME_MAX - 6));
             }
@@ -842,7 +873,7 @@ impl Tree {
     pub fn child(&self, dir: u64, name: &str) -> Option<u64> {
         match &self.nodes.get(&dir)?.entry {
             Entry::Dir { children } => children.get(name).copied(),
-            Entry::File(_) => None,
+            Entry::File(_) | Entry::Cover(_) => None,
         }
     }
 
@@ -858,8 +889,13 @@ impl Tree {
         Some(parts.join("/"))
     }
 
+    /// Files of tracks (covers not counted).
     pub fn file_count(&self) -> usize {
-        self.nodes.len() - self.dir_count
+        self.nodes.len() - self.dir_count - self.cover_count
+    }
+
+    pub fn cover_count(&self) -> usize {
+        self.cover_count
     }
 
     pub fn dir_count(&self) -> usize {
@@ -896,7 +932,7 @@ impl Tree {
             .chain(before)
             .filter_map(|(_, child)| match &self.nodes.get(child)?.entry {
                 Entry::File(f) => Some(f.clone()),
-                Entry::Dir { .. } => None,
+                Entry::Dir { .. } | Entry::Cover(_) => None,
             })
             .take(max)
             .collect()
@@ -918,7 +954,7 @@ impl Tree {
             let files: Vec<FileEntry> = (children.values())
                 .filter_map(|child| match &self.nodes.get(child)?.entry {
                     Entry::File(f) => Some(f.clone()),
-                    Entry::Dir { .. } => None,
+                    Entry::Dir { .. } | Entry::Cover(_) => None,
                 })
                 .take(max)
                 .collect();
@@ -977,6 +1013,7 @@ impl Tree {
             match self.nodes[&ino].entry {
                 Entry::Dir { .. } => self.walk(ino, prefix, out),
                 Entry::File(_) => out.push(prefix.clone()),
+                Entry::Cover(_) => {}
             }
             prefix.truncate(len);
         }
@@ -998,6 +1035,7 @@ mod tests {
                 size: 1,
                 mtime_ns: 0,
                 content_version: 1,
+                cover: None,
             },
         }
     }

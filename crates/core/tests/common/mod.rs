@@ -46,6 +46,7 @@ pub fn view(mode: Mode) -> ViewConfig {
         synthesis: Default::default(),
         windows_names: false,
         views: Vec::new(),
+        cover_name: None,
     }
 }
 

@@ -1,0 +1,314 @@
+//! Album covers as files: each folder of tracks holds `cover.jpg` or
+//! `cover.png` (the base name is the mount's), the picture most of its
+//! tracks carry as their front cover, served from the store. Kodi,
+//! Jellyfin, minidlna and many players look for exactly this file.
+//!
+//! A cover is a node of the tree like any file, so listings, lookups and
+//! HTTP find it with no case of their own; it is kept in step with its
+//! folder's tracks whenever they change ([`Tree::sync_cover`]).
+
+use retagfs_store::ArtLink;
+
+use super::*;
+
+/// A picture served as a folder's cover: its row in the store's `art`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CoverArt {
+    pub art_rowid: i64,
+    pub len: u32,
+    pub png: bool,
+}
+
+impl CoverArt {
+    /// A track's cover: its front cover, else its first picture, when a
+    /// JPEG or PNG (what the file's name can say).
+    pub fn of_track(art: &[ArtLink]) -> Option<CoverArt> {
+        const FRONT_COVER: u8 = 3;
+        let picture = art
+            .iter()
+            .find(|a| a.picture_type == FRONT_COVER)
+            .or_else(|| art.first())?;
+        let png = match picture.mime.as_str() {
+            "image/jpeg" | "image/jpg" => false,
+            "image/png" => true,
+            _ => return None,
+        };
+        Some(CoverArt {
+            art_rowid: picture.art_rowid,
+            len: u32::try_from(picture.data_len).ok()?,
+            png,
+        })
+    }
+
+    pub fn extension(&self) -> &'static str {
+        if self.png {
+            "png"
+        } else {
+            "jpg"
+        }
+    }
+
+    pub fn content_type(&self) -> &'static str {
+        if self.png {
+            "image/png"
+        } else {
+            "image/jpeg"
+        }
+    }
+}
+
+/// A folder's cover: the picture, and the last time one of the folder's
+/// tracks that carry it changed (its mtime).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FolderCover {
+    pub art: CoverArt,
+    pub mtime_ns: i64,
+}
+
+/// Folders of more files than this get no cover: they are not an album
+/// (a flat view of every track), and choosing one would cost a pass over
+/// all of them at every change.
+pub const MOST_FILES_OF_A_COVERED_FOLDER: usize = 500;
+
+impl Tree {
+    /// Folders get covers named `base.jpg` or `base.png` from now on.
+    pub(super) fn set_cover_name(&mut self, base: Option<Arc<str>>) {
+        self.cover_name = base;
+    }
+
+    /// Gives every folder its cover (after a build).
+    pub(super) fn sync_all_covers(&mut self) {
+        if self.cover_name.is_none() {
+            return;
+        }
+        let dirs: Vec<u64> = (self.nodes.iter())
+            .filter(|(_, n)| n.is_dir())
+            .map(|(ino, _)| *ino)
+            .collect();
+        let mut ignored = Invalidations::default();
+        for dir in dirs {
+            self.sync_cover(dir, &mut ignored);
+        }
+    }
+
+    /// Makes folder `dir`'s cover the picture most of its files carry
+    /// (the first such in listing order on a tie), or none, telling `out`
+    /// what the kernel must forget.
+    pub(super) fn sync_cover(&mut self, dir: u64, out: &mut Invalidations) {
+        let Some(base) = self.cover_name.clone() else {
+            return;
+        };
+        let wanted = self.most_common_cover(dir);
+        let current = self.cover_of(dir, &base);
+        if let Some((ino, name, cover)) = &current {
+            if wanted == Some(*cover) {
+                return;
+            }
+            if let Some(Entry::Dir { children }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
+                children.remove(&**name);
+            }
+            self.nodes.remove(ino);
+            self.cover_count -= 1;
+            out.entries.push((dir, name.to_string()));
+            out.inodes.push(*ino);
+        }
+        let Some(cover) = wanted else {
+            return;
+        };
+        let name = format!("{base}.{}", cover.art.extension());
+        if self.child(dir, &name).is_some() {
+            // A folder or a file of the library holds the name.
+            return;
+        }
+        let ino = match &current {
+            Some((ino, _, _)) => *ino,
+            None => {
+                let path = self.path(dir).unwrap_or_default();
+                self.free_dir_ino(&format!("{path}\0{name}"))
+            }
+        };
+        out.entries.push((dir, name.clone()));
+        self.add_child(dir, name, ino, Entry::Cover(cover));
+        self.cover_count += 1;
+    }
+
+    /// The cover node of `dir`: (inode, name, cover).
+    fn cover_of(&self, dir: u64, base: &str) -> Option<(u64, Arc<str>, FolderCover)> {
+        let Entry::Dir { children } = &self.nodes.get(&dir)?.entry else {
+            return None;
+        };
+        ["jpg", "png"].iter().find_map(|ext| {
+            let (name, ino) = children.get_key_value(&*format!("{base}.{ext}"))?;
+            match self.nodes.get(ino)?.entry {
+                Entry::Cover(cover) => Some((*ino, name.clone(), cover)),
+                _ => None,
+            }
+        })
+    }
+
+    /// Whether folder `dir`, holding one entry at most, is empty once its
+    /// cover (if that entry is it) is gone, pushed to `removed`.
+    pub(super) fn drop_lone_cover(&mut self, dir: u64, removed: &mut Vec<(u64, String)>) -> bool {
+        let Some(Entry::Dir { children }) = self.nodes.get(&dir).map(|n| &n.entry) else {
+            return false;
+        };
+        let Some((name, &ino)) = children.iter().next() else {
+            return true;
+        };
+        if children.len() > 1 || !matches!(self.nodes.get(&ino).map(|n| &n.entry), Some(Entry::Cover(_))) {
+            return false;
+        }
+        let name = name.clone();
+        if let Some(Entry::Dir { children }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
+            children.remove(&name);
+        }
+        self.nodes.remove(&ino);
+        self.cover_count -= 1;
+        removed.push((dir, name.to_string()));
+        true
+    }
+
+    fn most_common_cover(&self, dir: u64) -> Option<FolderCover> {
+        let Some(Entry::Dir { children }) = self.nodes.get(&dir).map(|n| &n.entry) else {
+            return None;
+        };
+        if children.len() > MOST_FILES_OF_A_COVERED_FOLDER {
+            return None;
+        }
+        // Per picture: (tracks, first in listing order, latest mtime).
+        let mut counts: HashMap<CoverArt, (usize, usize, i64)> = HashMap::default();
+        for (order, ino) in children.values().enumerate() {
+            if let Some(Entry::File(f)) = self.nodes.get(ino).map(|n| &n.entry) {
+                if let Some(art) = f.cover {
+                    let seen = counts.entry(art).or_insert((0, order, f.mtime_ns));
+                    seen.0 += 1;
+                    seen.2 = seen.2.max(f.mtime_ns);
+                }
+            }
+        }
+        // Most tracks first, then the first listed.
+        (counts.into_iter())
+            .max_by_key(|(_, (count, first, _))| (*count, std::cmp::Reverse(*first)))
+            .map(|(art, (_, _, mtime_ns))| FolderCover { art, mtime_ns })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn art(rowid: i64) -> CoverArt {
+        CoverArt {
+            art_rowid: rowid,
+            len: 100 + rowid as u32,
+            png: rowid % 2 == 0,
+        }
+    }
+
+    fn placed(id: i64, path: &str, cover: Option<i64>) -> Placement {
+        Placement {
+            path: path.to_string(),
+            file: FileEntry {
+                track_id: id,
+                format: Format::Flac,
+                name_extension: NameExtension::OfFormat,
+                size: 1,
+                mtime_ns: id,
+                content_version: 1,
+                cover: cover.map(art),
+            },
+        }
+    }
+
+    fn tree_of(placements: Vec<Placement>) -> Tree {
+        let mut builder = TreeBuilder::default().with_covers(Some("cover".into()));
+        for p in placements {
+            builder.add(p);
+        }
+        builder.finish()
+    }
+
+    fn cover_in(tree: &Tree, path: &[&str]) -> Option<(String, FolderCover)> {
+        let mut dir = tree.root();
+        for name in path {
+            dir = tree.child(dir, name)?;
+        }
+        ["cover.jpg", "cover.png"]
+            .iter()
+            .find_map(|name| match tree.get(tree.child(dir, name)?)?.entry {
+                Entry::Cover(cover) => Some((name.to_string(), cover)),
+                _ => None,
+            })
+    }
+
+    #[test]
+    fn a_folder_takes_the_picture_most_of_its_tracks_carry() {
+        let tree = tree_of(vec![
+            placed(1, "A/X/1", Some(3)),
+            placed(2, "A/X/2", Some(4)),
+            placed(3, "A/X/3", Some(4)),
+            placed(4, "A/Y/1", None),
+            placed(5, "B/1", Some(3)),
+        ]);
+        let (name, cover) = cover_in(&tree, &["A", "X"]).unwrap();
+        assert_eq!((name.as_str(), cover.art), ("cover.png", art(4)));
+        assert_eq!(cover.mtime_ns, 3, "the latest of the tracks carrying it");
+        assert!(
+            cover_in(&tree, &["A", "Y"]).is_none(),
+            "no track carries a picture"
+        );
+        assert!(cover_in(&tree, &["A"]).is_none(), "no track in it");
+        assert_eq!(cover_in(&tree, &["B"]).unwrap().0, "cover.jpg");
+        assert_eq!(tree.file_count(), 5);
+        assert_eq!(tree.cover_count(), 2);
+    }
+
+    #[test]
+    fn a_retag_moves_the_cover_and_the_last_track_takes_its_folder_with_it() {
+        let mut tree = tree_of(vec![
+            placed(1, "A/1", Some(3)),
+            placed(2, "A/2", Some(3)),
+            placed(3, "B/1", Some(5)),
+        ]);
+        let mut out = Invalidations::default();
+        // Track 1 to B: A keeps its cover, B's is now a tie, the first listed wins.
+        tree.replace(file_ino(1), vec![placed(1, "B/0", Some(3))], &mut out);
+        assert_eq!(cover_in(&tree, &["A"]).unwrap().1.art, art(3));
+        assert_eq!(cover_in(&tree, &["B"]).unwrap().1.art, art(3));
+        assert!(out.entries.iter().any(|(_, name)| name == "cover.jpg"), "{out:?}");
+        // A's last track leaves: A goes, its cover with it.
+        let mut out = Invalidations::default();
+        tree.replace(file_ino(2), vec![placed(2, "B/2", Some(5))], &mut out);
+        assert!(tree.child(tree.root(), "A").is_none());
+        assert_eq!(cover_in(&tree, &["B"]).unwrap().1.art, art(5));
+        assert_eq!(tree.cover_count(), 1);
+        // Every track gone: nothing left.
+        for id in 1..=3 {
+            tree.replace(file_ino(id), Vec::new(), &mut Invalidations::default());
+        }
+        assert_eq!(
+            (tree.file_count(), tree.cover_count(), tree.dir_count()),
+            (0, 0, 1)
+        );
+    }
+
+    #[test]
+    fn a_name_a_folder_holds_gets_no_cover_and_a_folder_there_keeps_its_name() {
+        let tree = tree_of(vec![
+            placed(1, "A/cover.jpg/1", Some(3)),
+            placed(2, "A/2", Some(3)),
+        ]);
+        let a = tree.child(tree.root(), "A").unwrap();
+        let held = tree.child(a, "cover.jpg").unwrap();
+        assert!(tree.get(held).unwrap().is_dir());
+        assert!(cover_in(&tree, &["A", "cover.jpg"]).is_some());
+    }
+
+    #[test]
+    fn a_tree_without_a_cover_name_has_no_covers() {
+        let mut builder = TreeBuilder::default();
+        builder.add(placed(1, "A/1", Some(3)));
+        let tree = builder.finish();
+        assert_eq!(tree.cover_count(), 0);
+    }
+}
