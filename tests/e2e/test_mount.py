@@ -40,8 +40,10 @@ def test_export_shape(store):
     tracks = export(store)
     assert len(tracks) == 9
     for t in tracks:
-        assert set(t) == {"id", "backing_path", "path", "format", "tags", "art"}
+        assert set(t) == {"id", "backing_path", "path", "format", "duration", "tags", "art"}
         assert os.path.isabs(t["backing_path"])
+        # The fixtures are a second long (truncated.flac is not served).
+        assert t["duration"] is not None and 0.9 < t["duration"] < 1.2, t
         assert t["format"] in {"flac", "mp3", "mp4", "vorbis", "opus", "wav"}
         assert all(isinstance(v, list) for v in t["tags"].values())
         for a in t["art"]:

@@ -282,6 +282,9 @@ pub struct ViewArgs {
     /// The configuration file's `[[view]]`s: several views at the root.
     #[arg(skip)]
     pub views: Vec<crate::config_views::ViewDefinition>,
+    /// The configuration file's `[[playlist]]`s.
+    #[arg(skip)]
+    pub playlists: Vec<retagfs_core::view::playlists::PlaylistSpec>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -649,6 +652,7 @@ impl ViewArgs {
             windows_names: self.windows_names,
             views,
             cover_name: covers.then(|| cover_name.into()),
+            playlists: self.playlists.clone(),
         })
     }
 }

@@ -18,8 +18,10 @@ use std::path::{Path, PathBuf};
 use clap::{Arg, ArgAction, Command};
 use toml_edit::{Document, Item, Value};
 
+use crate::config_playlists::playlists_of;
 use crate::config_views::{views_of, ViewDefinition};
 use crate::UsageError;
+use retagfs_core::view::playlists::PlaylistSpec;
 
 /// The option that names the file, and its variable.
 pub const CONFIG_OPTION: &str = "--config";
@@ -62,10 +64,19 @@ fn named_on_command_line(args: &[OsString]) -> Option<PathBuf> {
     None
 }
 
+/// What the file's arrays of tables define.
+#[derive(Default)]
+pub struct FileTables {
+    /// `[[view]]`
+    pub views: Vec<ViewDefinition>,
+    /// `[[playlist]]`
+    pub playlists: Vec<PlaylistSpec>,
+}
+
 /// `cmd` with the file's settings as its options' defaults, and the views
-/// its `[[view]]` tables define. An error names the file, the line and
+/// and playlists its tables define. An error names the file, the line and
 /// what is wrong with it.
-pub fn apply(cmd: Command, path: &Path) -> Result<(Command, Vec<ViewDefinition>), UsageError> {
+pub fn apply(cmd: Command, path: &Path) -> Result<(Command, FileTables), UsageError> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         UsageError(format!(
             "cannot read the configuration file {}: {e}",
@@ -79,7 +90,7 @@ pub fn apply(cmd: Command, path: &Path) -> Result<(Command, Vec<ViewDefinition>)
         line: span.map_or(1, |s| text[..s.start].matches('\n').count() + 1),
     };
     let mut cmd = cmd;
-    let mut views = Vec::new();
+    let mut tables = FileTables::default();
     let root = document.as_table();
     for (key, item) in root.iter() {
         let place = at(root.key(key).and_then(|k| k.span()));
@@ -102,8 +113,12 @@ pub fn apply(cmd: Command, path: &Path) -> Result<(Command, Vec<ViewDefinition>)
                 }
                 cmd.mut_subcommand(key, |_| sub)
             }
-            Item::ArrayOfTables(tables) if key == "view" => {
-                views = views_of(tables, &|span, what| at(span).error(what))?;
+            Item::ArrayOfTables(views) if key == "view" => {
+                tables.views = views_of(views, &|span, what| at(span).error(what))?;
+                cmd
+            }
+            Item::ArrayOfTables(playlists) if key == "playlist" => {
+                tables.playlists = playlists_of(playlists, &|span, what| at(span).error(what))?;
                 cmd
             }
             Item::ArrayOfTables(_) | Item::None => {
@@ -111,7 +126,7 @@ pub fn apply(cmd: Command, path: &Path) -> Result<(Command, Vec<ViewDefinition>)
             }
         };
     }
-    Ok((cmd, views))
+    Ok((cmd, tables))
 }
 
 /// Where a setting is written.

@@ -25,6 +25,8 @@ struct TrackJson {
     backing_path: String,
     path: String,
     format: &'static str,
+    /// Seconds it plays; null when unknown.
+    duration: Option<f64>,
     tags: BTreeMap<String, Vec<String>>,
     art: Vec<ArtJson>,
 }
@@ -127,6 +129,7 @@ fn track_json(path: String, b: TrackBundle) -> TrackJson {
         path,
         backing_path: b.track.backing_path,
         format: b.track.format.as_str(),
+        duration: b.track.duration_ms.map(|ms| ms as f64 / 1000.0),
         tags,
         art: b
             .art

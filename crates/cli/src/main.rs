@@ -4,6 +4,7 @@ mod args;
 mod backup;
 mod completions;
 mod config_file;
+mod config_playlists;
 mod config_report;
 mod config_views;
 mod doctor;
@@ -209,10 +210,10 @@ fn command_line() -> clap::Command {
 fn parse_command_line() -> Result<(Cli, Option<std::path::PathBuf>), UsageError> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let mut cmd = command_line();
-    let mut views = Vec::new();
+    let mut tables = config_file::FileTables::default();
     let file = config_file::locate(&args);
     if let Some(path) = &file {
-        (cmd, views) = config_file::apply(cmd, path)?;
+        (cmd, tables) = config_file::apply(cmd, path)?;
     }
     let matches = cmd.try_get_matches_from_mut(&args).unwrap_or_else(|e| e.exit());
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
@@ -227,8 +228,9 @@ fn parse_command_line() -> Result<(Cli, Option<std::path::PathBuf>), UsageError>
     });
     if let Some(view) = cli.command.view_args_mut() {
         if !template_above_file {
-            view.views = views;
+            view.views = tables.views;
         }
+        view.playlists = tables.playlists;
     }
     Ok((cli, file))
 }

@@ -97,6 +97,7 @@ fn view() -> ViewConfig {
         windows_names: false,
         views: Vec::new(),
         cover_name: None,
+        playlists: Vec::new(),
     }
 }
 
@@ -246,6 +247,7 @@ fn lookup_store(path: &Path, lyrics: bool) -> Vec<i64> {
             parts: vec![],
             passthrough: None,
             vendor: None,
+            duration_ms: None,
         };
         ids.push(store::write_scanned(&tx, &track, None).unwrap());
     }

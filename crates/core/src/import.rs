@@ -11,7 +11,7 @@ use retagfs_formats::tags::keys;
 use retagfs_store::{Store, StoreError, TrackRow};
 
 /// One entry: a track and the keys to replace. Other fields of `export`
-/// (`path`, `format`, `art`) are accepted and ignored.
+/// (`path`, `format`, `duration`, `art`) are accepted and ignored.
 #[derive(Deserialize)]
 struct Entry {
     id: Option<i64>,

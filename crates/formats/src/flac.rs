@@ -5,6 +5,7 @@ use std::borrow::Cow;
 
 use retagfs_store::{ArtLink, ScannedPicture};
 
+use crate::duration::millis;
 use crate::error::{malformed, ProbeError, Result, SynthesisError};
 use crate::layout::Layout;
 use crate::probe::Probe;
@@ -87,15 +88,20 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
     probe.audio_offset = pos;
     probe.audio_length = src.size() - pos;
     if let Some((_, streaminfo)) = probe.flac_blocks.first() {
-        check_audio_end(src, pos, &StreamInfo::parse(streaminfo))?;
+        let info = StreamInfo::parse(streaminfo);
+        check_audio_end(src, pos, &info)?;
+        probe.duration_ms = info.duration_ms();
     }
     Ok(probe)
 }
 
-/// What the end-of-audio check needs from STREAMINFO.
+/// What the end-of-audio check and the duration need from STREAMINFO.
 struct StreamInfo {
     min_block: u64,
     max_frame_len: u64,
+    /// 20 bits; 0 is invalid.
+    sample_rate: u64,
+    /// Samples per channel, 36 bits; 0 means the encoder did not know.
     total_samples: u64,
 }
 
@@ -104,6 +110,7 @@ impl StreamInfo {
         StreamInfo {
             min_block: u64::from(u16::from_be_bytes([body[0], body[1]])),
             max_frame_len: u64::from(be_u24(&body[7..])),
+            sample_rate: u64::from(be_u24(&body[10..]) >> 4),
             total_samples: u64::from_be_bytes([
                 0,
                 0,
@@ -114,6 +121,13 @@ impl StreamInfo {
                 body[16],
                 body[17],
             ]),
+        }
+    }
+
+    fn duration_ms(&self) -> Option<u64> {
+        match self.total_samples {
+            0 => None,
+            samples => millis(samples, self.sample_rate),
         }
     }
 }
@@ -415,6 +429,36 @@ mod tests {
         let file = with_pictures(&[&bad]);
         let err = probe(&Source::new(&file, file.len() as u64)).unwrap_err();
         assert_eq!(err.to_string(), parse_flac_picture(&bad).unwrap_err().to_string());
+    }
+
+    fn probed(file: &[u8]) -> Probe {
+        let file = file.to_vec();
+        probe(&Source::new(&file, file.len() as u64)).unwrap()
+    }
+
+    #[test]
+    fn duration_is_total_samples_over_the_sample_rate() {
+        let tagged = include_bytes!("../../../tests/fixtures/tagged.flac");
+        let untagged = include_bytes!("../../../tests/fixtures/untagged.flac");
+        // 22 050 samples at 22.05 kHz; ffprobe says 1.000000 s for both.
+        assert_eq!(probed(tagged).duration_ms, Some(1000));
+        crate::duration::assert_near_ffprobe(probed(untagged).duration_ms, 1.0);
+    }
+
+    #[test]
+    fn a_streaminfo_without_a_sample_rate_or_a_sample_count_gives_no_duration() {
+        // STREAMINFO's body starts at offset 8: its sample rate is the 20
+        // bits from offset 18, its sample count the 36 bits from the low
+        // nibble of offset 21.
+        let mut no_rate = include_bytes!("../../../tests/fixtures/untagged.flac").to_vec();
+        no_rate[18] = 0;
+        no_rate[19] = 0;
+        no_rate[20] &= 0x0f;
+        assert_eq!(probed(&no_rate).duration_ms, None);
+        let mut no_count = include_bytes!("../../../tests/fixtures/untagged.flac").to_vec();
+        no_count[21] &= 0xf0;
+        no_count[22..26].fill(0);
+        assert_eq!(probed(&no_count).duration_ms, None);
     }
 
     #[test]

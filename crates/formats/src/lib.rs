@@ -6,10 +6,12 @@
 //! through [`Source`], layouts are plain data that the reader in
 //! `retagfs-core` turns into bytes.
 
+mod duration;
 mod error;
 mod flac;
 mod layout;
 mod mp3;
+mod mp3_duration;
 mod mp4;
 mod ogg;
 mod probe;

@@ -6,6 +6,7 @@ use retagfs_store::ArtLink;
 
 use crate::error::{malformed, Result};
 use crate::layout::Layout;
+use crate::mp3_duration;
 use crate::probe::Probe;
 use crate::source::Source;
 use crate::tags::ape;
@@ -22,6 +23,37 @@ const SYNC_SEARCH: u64 = 64 * 1024;
 /// Length in bytes of the MPEG audio frame whose header is `h`, if `h` is a
 /// valid frame header (free-format frames report length 0).
 pub fn frame_header(h: &[u8]) -> Option<usize> {
+    parse_frame_header(h).map(|header| header.len)
+}
+
+/// What a valid MPEG audio frame header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FrameHeader {
+    /// MPEG-1 (not MPEG-2 or 2.5).
+    pub mpeg1: bool,
+    /// 1, 2 or 3.
+    pub layer: u8,
+    pub mono: bool,
+    /// Bits per second; 0 for free format.
+    pub bitrate: u32,
+    pub sample_rate: u32,
+    /// The frame's length in bytes; 0 for free format.
+    pub len: usize,
+}
+
+impl FrameHeader {
+    /// The samples (per channel) a frame decodes to.
+    pub fn samples(&self) -> u64 {
+        match (self.layer, self.mpeg1) {
+            (1, _) => 384,
+            (3, false) => 576,
+            _ => 1152,
+        }
+    }
+}
+
+/// The fields of `h`, if it is a valid frame header.
+pub(crate) fn parse_frame_header(h: &[u8]) -> Option<FrameHeader> {
     if h.len() < 4 || h[0] != 0xff || h[1] & 0xe0 != 0xe0 {
         return None;
     }
@@ -61,7 +93,14 @@ pub fn frame_header(h: &[u8]) -> Option<usize> {
         1 if !mpeg1 => 72 * bitrate / rate + padding,
         _ => 144 * bitrate / rate + padding,
     };
-    Some(len as usize)
+    Some(FrameHeader {
+        mpeg1,
+        layer: 4 - layer,
+        mono: h[3] >> 6 == 3,
+        bitrate,
+        sample_rate: rate,
+        len: len as usize,
+    })
 }
 
 /// Consecutive frames that show a sync is MPEG audio, not chance bytes
@@ -71,23 +110,26 @@ const RUN: usize = 3;
 /// The longest MPEG audio frame (MPEG-2.5 layer II, 160 kbit/s at 8 kHz).
 const MAX_FRAME_LEN: u64 = 2881;
 
-/// Whether the audio range holds frames a decoder plays: a run of [`RUN`]
-/// frames of one stream within [`SYNC_SEARCH`] bytes of its start, or
-/// fewer that end where the audio ends (a file of one or two frames, or
+/// The first bytes of the audio range and where in them the first frame
+/// a decoder plays starts, if the range holds such frames: a run of
+/// [`RUN`] frames of one stream within [`SYNC_SEARCH`] bytes of its start,
+/// or fewer that end where the audio ends (a file of one or two frames, or
 /// one cut off within its next frame), at least one of them audio (an
 /// Xing/Info/VBRI frame is not). Reads at most the search window and a
 /// run's length past it.
-fn has_decodable_frames(src: &Source<'_>, start: u64, end: u64) -> Result<bool> {
+fn first_decodable_frame(src: &Source<'_>, start: u64, end: u64) -> Result<Option<(Vec<u8>, usize)>> {
     let audio_len = end - start;
     let window = src.read_upto(
         start,
         (SYNC_SEARCH + RUN as u64 * MAX_FRAME_LEN + 4).min(audio_len),
     )?;
     let searched = window.len().min(SYNC_SEARCH as usize);
-    Ok((0..searched).any(|i| frame_header(&window[i..]).is_some() && run_from(&window, i, audio_len)))
+    let first =
+        (0..searched).find(|&i| frame_header(&window[i..]).is_some() && run_from(&window, i, audio_len));
+    Ok(first.map(|at| (window, at)))
 }
 
-/// Whether the frames from `first` on form a decodable run ([`has_decodable_frames`]).
+/// Whether the frames from `first` on form a decodable run ([`first_decodable_frame`]).
 /// `w` holds the audio from its start, `audio_len` bytes in all.
 fn run_from(w: &[u8], first: usize, audio_len: u64) -> bool {
     let (mut pos, mut frames, mut audio_frames) = (first, 0, 0);
@@ -195,12 +237,12 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
         return malformed("trailing tags overlap the leading ID3v2 tag");
     }
 
-    if !has_decodable_frames(src, start, end)? {
+    let Some((head, first_frame)) = first_decodable_frame(src, start, end)? else {
         return malformed(format!(
             "no MPEG audio frames within {SYNC_SEARCH} bytes after the tags (offset {start}): \
              nothing a player can decode"
         ));
-    }
+    };
     // Bytes between the tags and the first frame (padding left by taggers)
     // stay part of the audio range: decoders treat them differently (a
     // LAME header after junk is not recognised), and the served file must
@@ -211,6 +253,7 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
     merge_missing(&mut probe.tags, v1);
     probe.audio_offset = start;
     probe.audio_length = end - start;
+    probe.duration_ms = mp3_duration::duration_ms(&head[first_frame..], end - start - first_frame as u64);
     Ok(probe)
 }
 

@@ -25,6 +25,10 @@ pub struct Probe {
     pub passthrough: Option<String>,
     /// The vendor string of a FLAC, Vorbis or Opus file's comments.
     pub vendor: Option<String>,
+    /// How long the track plays, in milliseconds, from what its headers
+    /// say (for playlists' `#EXTINF`); None when they do not say, or say
+    /// something absurd.
+    pub duration_ms: Option<u64>,
 }
 
 impl Probe {
@@ -39,6 +43,7 @@ impl Probe {
             parts: Vec::new(),
             passthrough: None,
             vendor: None,
+            duration_ms: None,
         }
     }
 }
@@ -100,6 +105,7 @@ impl Probe {
             vendor: self.vendor.clone(),
             remote_etag: None,
             added_at: 0,
+            duration_ms: self.duration_ms,
         }
     }
 

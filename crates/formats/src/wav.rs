@@ -14,6 +14,7 @@
 
 use retagfs_store::{ArtLink, BackingPart, PartKind};
 
+use crate::duration::millis;
 use crate::error::{malformed, ProbeError, Result, SynthesisError};
 use crate::layout::Layout;
 use crate::probe::Probe;
@@ -38,6 +39,7 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
     let mut info_tags = Vec::new();
     let mut saw_data = false;
     let mut saw_fmt = false;
+    let mut bytes_per_second = 0;
     let mut pos = 12u64;
     while pos + 8 <= src.size() {
         let h = src.read(pos, 8, "RIFF chunk header")?;
@@ -46,7 +48,10 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
         let body_at = pos + 8;
         let mut kept = true;
         match &id {
-            b"fmt " => saw_fmt = true,
+            b"fmt " if !saw_fmt => {
+                saw_fmt = true;
+                bytes_per_second = audio_bytes_per_second(&src.read_upto(body_at, FMT_RATES_LEN.min(len))?);
+            }
             b"data" if !saw_data => {
                 // Writers that stream sometimes leave the size too large.
                 let len = len.min(src.size() - body_at);
@@ -87,7 +92,28 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
     }
     probe.tags = id3_tags.finish();
     merge_missing(&mut probe.tags, info_tags);
+    probe.duration_ms = millis(probe.audio_length, bytes_per_second);
     Ok(probe)
+}
+
+/// The bytes of a `fmt ` chunk's body up to its rates: format tag,
+/// channels, sample rate, byte rate, block align.
+const FMT_RATES_LEN: u64 = 14;
+
+/// How many bytes of the `data` chunk play in a second, from the start of
+/// a `fmt ` chunk's body: its byte rate, or block align times sample rate
+/// where a writer left the byte rate 0; 0 when the chunk does not say.
+fn audio_bytes_per_second(fmt: &[u8]) -> u64 {
+    let Some(fmt) = fmt.get(..FMT_RATES_LEN as usize) else {
+        return 0;
+    };
+    let sample_rate = u64::from(le_u32(&fmt[4..]));
+    let byte_rate = u64::from(le_u32(&fmt[8..]));
+    let block_align = u64::from(u16::from_le_bytes([fmt[12], fmt[13]]));
+    match byte_rate {
+        0 => block_align * sample_rate,
+        known => known,
+    }
 }
 
 /// INFO sub-chunks: 4-byte id, size, NUL-terminated text.
@@ -180,6 +206,44 @@ fn push_id3_chunk(layout: &mut Layout, tags: &[(String, String)], art: &[ArtLink
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const FIXTURE: &[u8] = include_bytes!("../../../tests/fixtures/tagged.wav");
+
+    /// The fixture with its `fmt ` chunk's rates changed by `edit`.
+    fn with_fmt(edit: impl FnOnce(&mut [u8])) -> Vec<u8> {
+        let mut file = FIXTURE.to_vec();
+        let body_at = file.windows(4).position(|w| w == b"fmt ").unwrap() + 8;
+        edit(&mut file[body_at..body_at + FMT_RATES_LEN as usize]);
+        file
+    }
+
+    fn duration_ms(file: &[u8]) -> Option<u64> {
+        let file = file.to_vec();
+        probe(&Source::new(&file, file.len() as u64)).unwrap().duration_ms
+    }
+
+    #[test]
+    fn duration_is_the_data_length_over_the_byte_rate() {
+        // 22.05 kHz mono 16-bit: 44 100 bytes of data; ffprobe says 1.000000 s.
+        assert_eq!(duration_ms(FIXTURE), Some(1000));
+        crate::duration::assert_near_ffprobe(duration_ms(FIXTURE), 1.0);
+    }
+
+    #[test]
+    fn a_zero_byte_rate_falls_back_to_block_align_times_sample_rate() {
+        let no_byte_rate = with_fmt(|fmt| fmt[8..12].fill(0));
+        assert_eq!(duration_ms(&no_byte_rate), Some(1000));
+        let no_rates = with_fmt(|fmt| {
+            fmt[8..12].fill(0);
+            fmt[4..8].fill(0);
+        });
+        assert_eq!(duration_ms(&no_rates), None);
+        let no_align = with_fmt(|fmt| {
+            fmt[8..12].fill(0);
+            fmt[12..14].fill(0);
+        });
+        assert_eq!(duration_ms(&no_align), None);
+    }
 
     #[test]
     fn tags_go_in_one_id3_chunk_of_even_length_and_no_info() {

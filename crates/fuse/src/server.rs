@@ -169,6 +169,11 @@ impl Server {
                 self.ownership.file_mode,
                 time_of(cover.mtime_ns),
             ),
+            Entry::Playlist(index) => {
+                let served = self.lib.playlist_file(*index);
+                let (size, mtime) = served.map_or((0, self.mounted_at), |s| (s.size, time_of(s.mtime_ns)));
+                self.attr_of(ino, FileType::RegularFile, size, self.ownership.file_mode, mtime)
+            }
         }
     }
 
@@ -441,7 +446,7 @@ pub(crate) fn dir_entries(
 /// directory, as before: the lookup that follows answers ENOENT).
 pub(crate) fn kind_of(node: Option<&Node>) -> FileType {
     match node.map(|n| &n.entry) {
-        Some(Entry::File(_) | Entry::Cover(_)) => FileType::RegularFile,
+        Some(Entry::File(_) | Entry::Cover(_) | Entry::Playlist(_)) => FileType::RegularFile,
         _ => FileType::Directory,
     }
 }

@@ -80,6 +80,7 @@ fn small_view() -> (tempfile::TempDir, std::sync::Arc<retagfs_core::View>) {
         windows_names: false,
         views: Vec::new(),
         cover_name: None,
+        playlists: Vec::new(),
     };
     let view = retagfs_core::View::load(&db, config).expect("view");
     (dir, std::sync::Arc::new(view))
@@ -289,6 +290,7 @@ fn random_rows(u: &mut Unstructured<'_>) -> ArbResult<Rows> {
         vendor: None,
         remote_etag: None,
         added_at: 0,
+        duration_ms: None,
     };
     let tags: Vec<(String, String)> = u.arbitrary()?;
     let images: Vec<Vec<u8>> = u.arbitrary()?;

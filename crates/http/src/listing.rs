@@ -66,7 +66,7 @@ fn items(view: &View, ino: u64) -> Vec<Item> {
     };
     listing
         .filter_map(|(child, name, _)| {
-            let file = tree.get(child)?.entry.served_file();
+            let file = view.served_file_of(&tree.get(child)?.entry);
             Some(Item {
                 name: name.to_string(),
                 file,

@@ -115,15 +115,17 @@ where
             }
             Err(PathError::NotFound) => return plain(StatusCode::NOT_FOUND, "not found"),
             Ok((ino, slash)) => match tree.get(ino).map(|n| &n.entry) {
-                Some(Entry::File(_) | Entry::Cover(_)) if slash => {
-                    return plain(StatusCode::NOT_FOUND, "not found")
-                }
-                Some(_) if reading == Reading::PropFind => Found::Properties,
-                Some(Entry::File(file)) => Found::File(ino, ServedFile::of_track(file)),
-                Some(Entry::Cover(cover)) => Found::File(ino, ServedFile::of_cover(cover)),
+                None => return plain(StatusCode::NOT_FOUND, "not found"),
+                Some(Entry::Dir { .. }) if reading == Reading::PropFind => Found::Properties,
                 Some(Entry::Dir { .. }) if slash => Found::Folder(ino),
                 Some(Entry::Dir { .. }) => Found::FolderWithoutSlash,
-                None => return plain(StatusCode::NOT_FOUND, "not found"),
+                // A file's path ends with no `/`.
+                Some(_) if slash => return plain(StatusCode::NOT_FOUND, "not found"),
+                Some(_) if reading == Reading::PropFind => Found::Properties,
+                Some(entry) => match view.served_file_of(entry) {
+                    Some(served) => Found::File(ino, served),
+                    None => return plain(StatusCode::NOT_FOUND, "not found"),
+                },
             },
         }
     };

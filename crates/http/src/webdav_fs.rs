@@ -37,7 +37,7 @@ impl ViewFs {
 
     fn attributes(&self, tree: &Tree, ino: u64) -> FsResult<Attributes> {
         let entry = &tree.get(ino).ok_or(FsError::NotFound)?.entry;
-        match entry.served_file() {
+        match self.view.served_file_of(entry) {
             Some(file) => Ok(Attributes::File(file)),
             None => Ok(Attributes::Folder(
                 tree.listing_changed_at(ino).unwrap_or(self.started),

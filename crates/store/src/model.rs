@@ -103,6 +103,9 @@ pub struct TrackRow {
     /// When the track entered the store, in seconds since the epoch (for a
     /// store before version 11, when it was last probed).
     pub added_at: i64,
+    /// How long it plays, in milliseconds; None when unknown (the file
+    /// does not say, or it was not probed since version 13).
+    pub duration_ms: Option<u64>,
 }
 
 impl TrackRow {
@@ -227,6 +230,8 @@ pub struct ScannedTrack {
     pub passthrough: Option<String>,
     /// The vendor string of a FLAC, Vorbis or Opus file's comments.
     pub vendor: Option<String>,
+    /// How long it plays, in milliseconds, when the file says.
+    pub duration_ms: Option<u64>,
 }
 
 /// What a [`BackingPart`] is; its meaning depends on the format.

@@ -11,7 +11,7 @@ use crate::scan_lock::{remove_orphaned_companions, ScanLock};
 use crate::scan_write::TAG_ROWS_PER_INSERT;
 
 /// Schema version this binary writes, kept in `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 12;
+pub const SCHEMA_VERSION: i64 = 13;
 
 /// The current schema: what a new store is made from.
 const SCHEMA: &str = include_str!("schema.sql");
@@ -31,6 +31,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/010_remote_objects.sql"),
     include_str!("migrations/011_added_at.sql"),
     include_str!("migrations/012_edit_journal.sql"),
+    include_str!("migrations/013_durations.sql"),
 ];
 
 /// `passthrough` of tracks that schema version 2 found without the

@@ -27,7 +27,8 @@ impl Store {
     /// and before version 10 no remote objects.
     fn track_columns(&self) -> &'static str {
         match self.opened_version {
-            11.. => TRACK_COLUMNS,
+            13.. => TRACK_COLUMNS,
+            11 | 12 => TRACK_COLUMNS_V11,
             10 => TRACK_COLUMNS_V10,
             9 => TRACK_COLUMNS_V9,
             _ => TRACK_COLUMNS_BEFORE_V9,
@@ -158,11 +159,13 @@ impl Store {
     pub fn known_stamps(&self) -> Result<KnownStamps> {
         let mut stmt = self.conn.prepare(&format!(
             // A track the migration to version 2 left without structure,
-            // or to version 9 without its vendor string, reports impossible
-            // stamps, so the next scan probes it again.
+            // to version 9 without its vendor string, or to version 13
+            // without its duration, reports impossible stamps, so the next
+            // scan probes it again.
             "SELECT backing_path, id, file_size, \
                  CASE WHEN passthrough = '{REPROBE}' \
                       OR (vendor IS NULL AND format IN ('flac', 'vorbis', 'opus')) \
+                      OR duration_ms IS NULL \
                  THEN -1 ELSE mtime_ns END, ctime_ns FROM tracks"
         ))?;
         let count = usize::try_from(self.track_count()?).unwrap_or(0);
@@ -726,16 +729,22 @@ impl<'s, T> ByTrack<'s, T> {
 const TRACK_COLUMNS: &str = "id, backing_path, format, audio_offset, audio_length, \
                              file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at, vendor, \
                              CASE WHEN backing_path >= 's3://' AND backing_path < 's3:/0' \
-                             THEN (SELECT etag FROM remote_objects WHERE track_id = tracks.id) END, added_at";
+                             THEN (SELECT etag FROM remote_objects WHERE track_id = tracks.id) END, added_at, \
+                             duration_ms";
+const TRACK_COLUMNS_V11: &str = "id, backing_path, format, audio_offset, audio_length, \
+                             file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at, vendor, \
+                             CASE WHEN backing_path >= 's3://' AND backing_path < 's3:/0' \
+                             THEN (SELECT etag FROM remote_objects WHERE track_id = tracks.id) END, added_at, NULL";
 const TRACK_COLUMNS_V10: &str = "id, backing_path, format, audio_offset, audio_length, \
                              file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at, vendor, \
                              CASE WHEN backing_path >= 's3://' AND backing_path < 's3:/0' \
-                             THEN (SELECT etag FROM remote_objects WHERE track_id = tracks.id) END, scanned_at";
+                             THEN (SELECT etag FROM remote_objects WHERE track_id = tracks.id) END, scanned_at, NULL";
 const TRACK_COLUMNS_V9: &str = "id, backing_path, format, audio_offset, audio_length, \
                              file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at, vendor, NULL, \
-                             scanned_at";
+                             scanned_at, NULL";
 const TRACK_COLUMNS_BEFORE_V9: &str = "id, backing_path, format, audio_offset, audio_length, \
-                             file_size, mtime_ns, ctime_ns, content_version, passthrough, 0, NULL, NULL, scanned_at";
+                             file_size, mtime_ns, ctime_ns, content_version, passthrough, 0, NULL, NULL, scanned_at, \
+                             NULL";
 
 fn track_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackRow> {
     let id = r.get(0)?;
@@ -766,6 +775,8 @@ fn track_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackRow> {
         },
         remote_etag: r.get(12)?,
         added_at: r.get(13)?,
+        // -1: the file does not say.
+        duration_ms: r.get::<_, Option<i64>>(14)?.and_then(|ms| u64::try_from(ms).ok()),
     })
 }
 

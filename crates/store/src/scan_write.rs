@@ -147,8 +147,8 @@ fn insert_track(
     let columns = [Value::from(id), Value::from(t.backing_path.clone())];
     tx.prepare_cached(
         "INSERT INTO tracks (id, backing_path, format, audio_offset, audio_length, \
-         file_size, mtime_ns, ctime_ns, fingerprint, scanned_at, passthrough, scanned_tags, vendor) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+         file_size, mtime_ns, ctime_ns, fingerprint, scanned_at, passthrough, scanned_tags, vendor, \
+         duration_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     )?
     .execute(params_from_iter(
         columns.into_iter().chain(probed_columns(t, scanned_tags)),
@@ -158,7 +158,7 @@ fn insert_track(
 
 /// What a probe sets in a track's row: `format` to `scanned_tags`, in the
 /// order the statements above and below name them.
-fn probed_columns(t: &ScannedTrack, scanned_tags: &[u8; 32]) -> [Value; 11] {
+fn probed_columns(t: &ScannedTrack, scanned_tags: &[u8; 32]) -> [Value; 12] {
     [
         Value::from(t.format.as_str().to_string()),
         Value::from(t.audio_offset as i64),
@@ -172,6 +172,8 @@ fn probed_columns(t: &ScannedTrack, scanned_tags: &[u8; 32]) -> [Value; 11] {
         Value::from(scanned_tags.to_vec()),
         // "" for a file without comments: NULL is a row to probe again.
         Value::from(t.vendor.clone().unwrap_or_default()),
+        // -1 for a file that does not say: NULL is a row to probe again.
+        Value::from(t.duration_ms.and_then(|ms| i64::try_from(ms).ok()).unwrap_or(-1)),
     ]
 }
 
@@ -224,7 +226,8 @@ fn update_scanned(tx: &Transaction<'_>, id: i64, t: &ScannedTrack, scanned_tags:
     tx.prepare_cached(
         "UPDATE tracks SET format = ?2, audio_offset = ?3, audio_length = ?4, \
          file_size = ?5, mtime_ns = ?6, ctime_ns = ?7, fingerprint = ?8, legacy_fingerprint = NULL, \
-         scanned_at = ?9, passthrough = ?10, scanned_tags = ?11, vendor = ?12 WHERE id = ?1",
+         scanned_at = ?9, passthrough = ?10, scanned_tags = ?11, vendor = ?12, duration_ms = ?13 \
+         WHERE id = ?1",
     )?
     .execute(params_from_iter(
         std::iter::once(Value::from(id)).chain(probed_columns(t, scanned_tags)),

@@ -1,4 +1,4 @@
--- retagfs store, the current schema (version 12; docs/store.md is the
+-- retagfs store, the current schema (version 13; docs/store.md is the
 -- contract). A new store is made from this file; an older one is brought
 -- here by the scripts in migrations/, one per version. A test checks that
 -- both ways give the same schema.
@@ -36,6 +36,9 @@ CREATE TABLE tracks (
     -- When the track entered the store, in seconds (set on insert, kept
     -- when its file moves).
     added_at           INTEGER NOT NULL DEFAULT 0,
+    -- How long it plays, in milliseconds (-1: the file does not say; NULL:
+    -- not probed since version 13, so the next scan probes it).
+    duration_ms        INTEGER CHECK (duration_ms IS NULL OR duration_ms >= -1),
     CHECK (audio_offset + audio_length <= file_size)
 );
 CREATE INDEX tracks_fingerprint ON tracks (fingerprint) WHERE fingerprint IS NOT NULL;

@@ -248,11 +248,18 @@ fn version_1_store_is_migrated_and_its_unstructured_tracks_pass_through() {
     };
     assert!(reason("/m/a.wav").unwrap().contains("retagfs scan"));
     assert_eq!(reason("/m/b.mp3"), None);
-    // The next scan sees the structureless track as changed.
+    // The next scan sees the structureless track as changed; every track
+    // from before version 13 too (it has no duration), until it has one.
     let known = db.known_stamps().unwrap();
-    let mtime = |p: &str| known.stamps(known.find(p).unwrap()).mtime_ns;
-    assert_eq!(mtime("/m/a.wav"), -1);
-    assert_eq!(mtime("/m/b.mp3"), 1);
+    let mtime = |known: &retagfs_store::KnownStamps, p: &str| known.stamps(known.find(p).unwrap()).mtime_ns;
+    assert_eq!(mtime(&known, "/m/a.wav"), -1);
+    assert_eq!(mtime(&known, "/m/b.mp3"), -1);
+    db.conn()
+        .execute("UPDATE tracks SET duration_ms = 1000", [])
+        .unwrap();
+    let known = db.known_stamps().unwrap();
+    assert_eq!(mtime(&known, "/m/a.wav"), -1);
+    assert_eq!(mtime(&known, "/m/b.mp3"), 1);
 }
 
 /// A store of version 4 keeps its sha256 fingerprints as legacy ones,

@@ -86,6 +86,7 @@ pub(super) fn scanned_track(
         parts: p.parts,
         passthrough: p.passthrough,
         vendor: p.vendor,
+        duration_ms: p.duration_ms,
     }
 }
 

@@ -5,6 +5,7 @@ mod backing;
 mod connection_pool;
 mod cover_file;
 mod open_cache;
+pub mod playlists;
 pub mod read_ahead;
 mod refresh;
 mod render;
@@ -68,6 +69,7 @@ pub struct View {
     /// The newer schema version last warned about ([`View::note_newer_schema`]).
     newer_schema_noted: Mutex<Option<i64>>,
     searches: Searches,
+    playlists: playlists::Playlists,
 }
 
 /// An open file: the layout resolved at open time and the backing file.
@@ -207,7 +209,9 @@ impl View {
             read_ahead: Mutex::default(),
             newer_schema_noted: Mutex::default(),
             searches: Searches::new(true),
+            playlists: Default::default(),
         };
+        view.make_playlists();
         view.note_metrics();
         Ok(view)
     }
@@ -274,11 +278,25 @@ impl View {
         // Before resolving: a store replaced meanwhile then fails this
         // file's picture reads instead of serving another store's.
         let store_generation = self.pool.generation();
-        let entry = match self.tree().get(ino).map(|n| &n.entry) {
-            Some(crate::view::tree::Entry::File(f)) => f.clone(),
-            Some(crate::view::tree::Entry::Cover(_)) => return self.open_cover(ino, store_generation),
-            Some(_) => return Err(io::Error::from_raw_os_error(libc::EISDIR)),
+        use crate::view::tree::Entry;
+        enum Opening {
+            Track(FileEntry),
+            Cover,
+            Playlist(usize),
+        }
+        // What the node is, with the tree's lock let go before opening it
+        // (a cover's open reads the tree again).
+        let opening = match self.tree().get(ino).map(|n| &n.entry) {
+            Some(Entry::File(f)) => Opening::Track(f.clone()),
+            Some(Entry::Cover(_)) => Opening::Cover,
+            Some(Entry::Playlist(index)) => Opening::Playlist(*index),
+            Some(Entry::Dir { .. }) => return Err(io::Error::from_raw_os_error(libc::EISDIR)),
             None => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
+        };
+        let entry = match opening {
+            Opening::Track(file) => file,
+            Opening::Cover => return self.open_cover(ino, store_generation),
+            Opening::Playlist(index) => return self.open_playlist(index, store_generation),
         };
         let (track, backing, layout) = self.open_resolved(entry.track_id, entry.content_version, Log::Yes)?;
         self.log_passthrough(&track);
@@ -619,6 +637,7 @@ mod tests {
             parts: vec![],
             passthrough: None,
             vendor: None,
+            duration_ms: None,
         }
     }
 
@@ -632,6 +651,7 @@ mod tests {
             windows_names: false,
             views: Vec::new(),
             cover_name: None,
+            playlists: Vec::new(),
         }
     }
 
@@ -654,6 +674,7 @@ mod tests {
             vendor: None,
             remote_etag: None,
             added_at: 0,
+            duration_ms: None,
         };
         let disc = |tags: &[(&str, &str)]| {
             let tags: Vec<(String, String)> =

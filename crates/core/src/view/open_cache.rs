@@ -97,6 +97,7 @@ mod tests {
                 vendor: None,
                 remote_etag: None,
                 added_at: 0,
+                duration_ms: None,
             };
             cache.put(&track, layout.clone());
             assert!(cache.get(id, 1).is_some(), "the file just put is held");

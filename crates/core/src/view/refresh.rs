@@ -33,6 +33,8 @@ pub struct Refresh {
     /// Whether the tree was rebuilt (change log truncated past its
     /// position, or too many tracks changed to load one by one).
     pub rebuilt: bool,
+    /// The tracks re-rendered, unless the tree was rebuilt.
+    pub changed: Vec<i64>,
     /// What the kernel must forget.
     pub invalidations: Invalidations,
 }
@@ -104,6 +106,7 @@ impl View {
             Pending::Tracks(changed, matched, last) => {
                 let mut tree = self.tree.write();
                 out.tracks = changed.len();
+                out.changed = changed.iter().map(|(id, _)| *id).collect();
                 for (id, placements) in &changed {
                     tree.replace(file_ino(*id), placements.to_vec(), &mut out.invalidations);
                 }
@@ -177,6 +180,7 @@ impl View {
         Refresh {
             tracks,
             rebuilt: true,
+            changed: Vec::new(),
             invalidations,
         }
     }

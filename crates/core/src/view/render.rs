@@ -29,6 +29,8 @@ pub struct ViewConfig {
     /// Folders hold a cover named this, `.jpg` or `.png` after the picture
     /// (`cover`); None: no covers.
     pub cover_name: Option<std::sync::Arc<str>>,
+    /// Smart playlists, in `Playlists/` at the root.
+    pub playlists: Vec<crate::view::playlists::PlaylistSpec>,
 }
 
 /// A track's tags as template fields, plus computed fields:
@@ -176,10 +178,12 @@ pub(super) fn load_tree_noting(
             let _ = batches_tx.send((sent, batch));
         }
         drop(batches_tx);
-        let (tree, tree_valued) = builder.join().expect("building the tree panicked");
+        let (mut tree, tree_valued) = builder.join().expect("building the tree panicked");
         if let Some(valued) = valued {
             *valued = tree_valued;
         }
+        let playlists: Vec<String> = config.playlists.iter().map(|p| p.name.clone()).collect();
+        tree.add_playlists(crate::view::playlists::PLAYLISTS_FOLDER, &playlists);
         read.map(|()| (tree, count))
     })
 }

@@ -5,6 +5,7 @@
 use retagfs_store::Format;
 
 use crate::view::tree::{Entry, FileEntry, FolderCover, NameExtension};
+use crate::View;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServedFile {
@@ -48,12 +49,13 @@ impl ServedFile {
     }
 }
 
-impl Entry {
-    /// The file this node serves; None for a folder.
-    pub fn served_file(&self) -> Option<ServedFile> {
-        match self {
+impl View {
+    /// What clients see of the file of a node; None for a folder.
+    pub fn served_file_of(&self, entry: &Entry) -> Option<ServedFile> {
+        match entry {
             Entry::File(file) => Some(ServedFile::of_track(file)),
             Entry::Cover(cover) => Some(ServedFile::of_cover(cover)),
+            Entry::Playlist(index) => self.playlist_file(*index),
             Entry::Dir { .. } => None,
         }
     }

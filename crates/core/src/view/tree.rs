@@ -108,6 +108,9 @@ pub enum Entry {
     File(FileEntry),
     /// A folder's cover ([`covers`]).
     Cover(FolderCover),
+    /// A playlist of the configuration, by its place in it
+    /// ([`crate::view::playlists`]).
+    Playlist(usize),
 }
 
 #[derive(Debug, Clone)]
@@ -232,6 +235,8 @@ pub struct Tree {
     cover_name: Option<Arc<str>>,
     /// Covers in the tree.
     cover_count: usize,
+    /// The playlists' inodes, in the configuration's order.
+    playlist_inos: Vec<u64>,
 }
 
 /// A tree built from placements given one by one in track id order (a
@@ -487,6 +492,7 @@ impl Tree {
             next_dir_ino,
             cover_name: None,
             cover_count: 0,
+            playlist_inos: Vec::new(),
         }
     }
 
@@ -731,7 +737,7 @@ impl Tree {
             // A file placed earlier (by a refresh) may hold the name.
             while matches!(
                 self.child(dir, &name).map(|i| &self.nodes[&i].entry),
-                Some(Entry::File(_) | Entry::Cover(_))
+                Some(Entry::File(_) | Entry::Cover(_) | Entry::Playlist(_))
             ) {
                 name = format!("{} (dir)", truncate_utf8(&name, NAME_MAX - 6));
             }
@@ -873,7 +879,7 @@ impl Tree {
     pub fn child(&self, dir: u64, name: &str) -> Option<u64> {
         match &self.nodes.get(&dir)?.entry {
             Entry::Dir { children } => children.get(name).copied(),
-            Entry::File(_) | Entry::Cover(_) => None,
+            _ => None,
         }
     }
 
@@ -889,9 +895,49 @@ impl Tree {
         Some(parts.join("/"))
     }
 
-    /// Files of tracks (covers not counted).
+    /// Files of tracks (covers and playlists not counted).
     pub fn file_count(&self) -> usize {
-        self.nodes.len() - self.dir_count - self.cover_count
+        self.nodes.len() - self.dir_count - self.cover_count - self.playlist_inos.len()
+    }
+
+    /// Adds the playlists `names` (each `NAME.m3u8`) in folder `folder` at
+    /// the root (after a build).
+    pub fn add_playlists(&mut self, folder: &str, names: &[String]) {
+        if names.is_empty() {
+            return;
+        }
+        let dir = self.ensure_dirs(&[folder.to_string()], &mut Vec::new());
+        for (index, name) in names.iter().enumerate() {
+            let name = format!("{name}.m3u8");
+            if self.child(dir, &name).is_some() {
+                tracing::warn!("playlist {name:?}: a file of the view holds its name in {folder}/");
+                continue;
+            }
+            let ino = self.free_dir_ino(&format!("/{folder}/{name}\0playlist"));
+            self.add_child(dir, name, ino, Entry::Playlist(index));
+            self.playlist_inos.push(ino);
+        }
+    }
+
+    /// The inode of playlist `index`.
+    pub fn playlist_ino(&self, index: usize) -> Option<u64> {
+        self.playlist_inos.iter().copied().find(
+            |ino| matches!(self.nodes.get(ino).map(|n| &n.entry), Some(Entry::Playlist(i)) if *i == index),
+        )
+    }
+
+    /// The paths (from the root) of every place of node `ino`.
+    pub fn paths_of(&self, ino: u64) -> Vec<String> {
+        (self.places(ino).into_iter())
+            .filter_map(|(parent, name)| {
+                let dir = self.path(parent)?;
+                Some(if dir.is_empty() {
+                    name.to_string()
+                } else {
+                    format!("{dir}/{name}")
+                })
+            })
+            .collect()
     }
 
     pub fn cover_count(&self) -> usize {
@@ -932,7 +978,7 @@ impl Tree {
             .chain(before)
             .filter_map(|(_, child)| match &self.nodes.get(child)?.entry {
                 Entry::File(f) => Some(f.clone()),
-                Entry::Dir { .. } | Entry::Cover(_) => None,
+                _ => None,
             })
             .take(max)
             .collect()
@@ -954,7 +1000,7 @@ impl Tree {
             let files: Vec<FileEntry> = (children.values())
                 .filter_map(|child| match &self.nodes.get(child)?.entry {
                     Entry::File(f) => Some(f.clone()),
-                    Entry::Dir { .. } | Entry::Cover(_) => None,
+                    _ => None,
                 })
                 .take(max)
                 .collect();
@@ -1013,7 +1059,7 @@ impl Tree {
             match self.nodes[&ino].entry {
                 Entry::Dir { .. } => self.walk(ino, prefix, out),
                 Entry::File(_) => out.push(prefix.clone()),
-                Entry::Cover(_) => {}
+                Entry::Cover(_) | Entry::Playlist(_) => {}
             }
             prefix.truncate(len);
         }

@@ -25,7 +25,11 @@ pub fn invalid_view_name(name: &str) -> Option<&'static str> {
         Some("a view's name is its folder: it cannot be empty")
     } else if name.contains('/') || name.contains('\0') {
         Some("a view's name is one folder: it cannot hold `/`")
-    } else if name == "." || name == ".." || name == crate::view::search::SEARCH_DIR_NAME {
+    } else if name == "."
+        || name == ".."
+        || name == crate::view::search::SEARCH_DIR_NAME
+        || name == crate::view::playlists::PLAYLISTS_FOLDER
+    {
         Some("that name is taken by the mount itself")
     } else {
         None

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use inotify::{Inotify, WatchMask};
 use retagfs_store::{beside, ScanLock, Store};
 
+use crate::view::tree::Invalidations;
 use crate::view::{file_id, FileId, Refresh, View};
 
 /// How long the watcher sleeps when nothing wakes it.
@@ -207,11 +208,28 @@ fn refresh(lib: &View, on_refresh: &dyn Fn(&Refresh)) {
                 },
                 took.as_secs_f64() * 1000.0
             );
+            remake_playlists(lib, &r.changed, r.rebuilt, on_refresh);
         }
         Ok(_) => {}
         Err(e) => tracing::error!("refresh failed: {e:#}"),
     }
     lib.note_metrics();
+}
+
+/// Makes again the playlists a refresh touched, after its tracks are
+/// served (a playlist runs its query, which a retag need not wait for),
+/// and tells the kernel which changed.
+fn remake_playlists(lib: &View, changed: &[i64], rebuilt: bool, on_refresh: &dyn Fn(&Refresh)) {
+    let inodes = lib.remake_playlists(changed, rebuilt);
+    if !inodes.is_empty() {
+        on_refresh(&Refresh {
+            invalidations: Invalidations {
+                entries: Vec::new(),
+                inodes,
+            },
+            ..Refresh::default()
+        });
+    }
 }
 
 /// Which file the store's path names, to notice it being replaced: the
@@ -351,6 +369,7 @@ impl StoreFile {
                     took.as_secs_f64() * 1000.0
                 );
                 *self = StoreFile::at(db, id);
+                remake_playlists(lib, &[], true, on_refresh);
                 lib.note_metrics();
                 true
             }

@@ -47,6 +47,7 @@ pub fn view(mode: Mode) -> ViewConfig {
         windows_names: false,
         views: Vec::new(),
         cover_name: None,
+        playlists: Vec::new(),
     }
 }
 

@@ -5,6 +5,7 @@ pub(crate) mod synthesis;
 
 use retagfs_store::{BackingPart, PartKind, ScannedPicture};
 
+use crate::duration::millis;
 use crate::error::{malformed, ProbeError, Result};
 use crate::probe::Probe;
 use crate::source::{be_u32, Source};
@@ -110,6 +111,8 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
     samples::check_playable(src, &audio, &top)?;
 
     let mut probe = Probe::new(Format::Mp4);
+    probe.duration_ms =
+        find(&moov_children, b"mvhd").and_then(|mvhd| movie_duration_ms(slice(&moov_bytes, body_at, mvhd)));
     let slot = ilst_slot(&moov_bytes, &moov, &moov_children)?;
     if let Some(ilst) = find_ilst(&moov_bytes, body_at, &moov_children)? {
         let mut tags = TagList::new();
@@ -145,6 +148,31 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
     probe.audio_offset = first.offset;
     probe.audio_length = last.offset + last.len - first.offset;
     Ok(probe)
+}
+
+/// How long the movie plays, from the body of its `mvhd`: a duration in
+/// units of a timescale (32-bit fields in a version 0 box, a 64-bit
+/// duration in version 1). A duration of all ones says it is unknown, and
+/// 0 is what fragmented files write, whose fragments say the rest.
+fn movie_duration_ms(mvhd: &[u8]) -> Option<u64> {
+    let (timescale, duration) = match mvhd.first()? {
+        0 => {
+            let duration = match be_u32(mvhd.get(16..20)?) {
+                u32::MAX => u64::MAX,
+                known => u64::from(known),
+            };
+            (be_u32(mvhd.get(12..16)?), duration)
+        }
+        1 => (
+            be_u32(mvhd.get(20..24)?),
+            u64::from_be_bytes(mvhd.get(24..32)?.try_into().ok()?),
+        ),
+        _ => return None,
+    };
+    match duration {
+        0 | u64::MAX => None,
+        known => millis(known, u64::from(timescale)),
+    }
 }
 
 /// Where the new `ilst` goes: the old `ilst` atom, or an empty range where
@@ -354,4 +382,64 @@ fn utf16_be(d: &[u8]) -> String {
         .map(|c| u16::from_be_bytes([c[0], c[1]]))
         .collect();
     String::from_utf16_lossy(&units)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn duration_ms(file: &[u8]) -> Option<u64> {
+        let file = file.to_vec();
+        probe(&Source::new(&file, file.len() as u64)).unwrap().duration_ms
+    }
+
+    #[test]
+    fn duration_is_the_movie_header_duration_over_its_timescale() {
+        // 1 s of audio; ffprobe says 1.000000 s for both.
+        let tagged = include_bytes!("../../../../tests/fixtures/tagged.m4a");
+        crate::duration::assert_near_ffprobe(duration_ms(tagged), 1.0);
+        let faststart = include_bytes!("../../../../tests/fixtures/faststart.m4a");
+        crate::duration::assert_near_ffprobe(duration_ms(faststart), 1.0);
+    }
+
+    /// An `mvhd` body of `version` with this timescale and duration.
+    fn mvhd(version: u8, timescale: u32, duration: u64) -> Vec<u8> {
+        let mut body = vec![version, 0, 0, 0];
+        let times = if version == 1 { 16 } else { 8 };
+        body.resize(4 + times, 0);
+        body.extend_from_slice(&timescale.to_be_bytes());
+        match version {
+            1 => body.extend_from_slice(&duration.to_be_bytes()),
+            _ => body.extend_from_slice(&(duration as u32).to_be_bytes()),
+        }
+        body.resize(body.len() + 80, 0);
+        body
+    }
+
+    #[test]
+    fn both_versions_of_the_movie_header_are_read() {
+        assert_eq!(movie_duration_ms(&mvhd(0, 44_100, 441_000)), Some(10_000));
+        assert_eq!(
+            movie_duration_ms(&mvhd(1, 1000, 7_200_000_000)),
+            Some(7_200_000_000)
+        );
+    }
+
+    #[test]
+    fn a_movie_header_without_a_timescale_or_a_duration_gives_no_duration() {
+        assert_eq!(movie_duration_ms(&mvhd(0, 0, 441_000)), None);
+        assert_eq!(movie_duration_ms(&mvhd(1, 0, 441_000)), None);
+        assert_eq!(movie_duration_ms(&mvhd(0, 1000, u64::from(u32::MAX))), None);
+        assert_eq!(movie_duration_ms(&mvhd(1, 1000, u64::MAX)), None);
+        assert_eq!(movie_duration_ms(&mvhd(0, 1000, 0)), None);
+        assert_eq!(movie_duration_ms(&mvhd(2, 1000, 1000)), None);
+        assert_eq!(movie_duration_ms(&mvhd(1, 1000, 1000)[..20]), None);
+
+        // The same in a whole file: its mvhd's timescale set to 0.
+        let mut file = include_bytes!("../../../../tests/fixtures/tagged.m4a").to_vec();
+        let body_at = file.windows(4).position(|w| w == b"mvhd").unwrap() + 4;
+        assert_eq!(file[body_at], 0, "a version 0 mvhd");
+        file[body_at + 12..body_at + 16].fill(0);
+        assert_eq!(duration_ms(&file), None);
+    }
 }

@@ -2,6 +2,7 @@
 //! span pages and share a page with the setup header), find where the
 //! audio pages start.
 
+mod duration;
 pub(crate) mod pages;
 
 use std::sync::Arc;
@@ -157,12 +158,11 @@ pub fn probe(src: &Source<'_>, format: Format) -> Result<Probe> {
     probe.audio_offset = audio_offset;
     probe.audio_length = src.size() - audio_offset;
     let serial = serial.unwrap_or_default();
-    probe.passthrough = passthrough.or(audio_pages_problem(
-        src,
-        audio_offset,
-        header_pages.len(),
-        serial,
-    )?);
+    let scan = scan_audio_pages(src, audio_offset, header_pages.len(), serial)?;
+    probe.passthrough = passthrough.or(scan.problem);
+    probe.duration_ms = scan
+        .last_granule
+        .and_then(|granule| duration::duration_ms(format, &packets[0], granule));
     probe.parts = header_pages;
     if format == Format::Vorbis {
         probe.parts.extend(pieces.swap_remove(2));
@@ -178,45 +178,86 @@ pub fn probe(src: &Source<'_>, format: Format) -> Result<Probe> {
 const WALKED_FIRST: u64 = 64 << 10;
 const CHECKED_LAST: u64 = 128 << 10;
 
+/// What a scan learns from the audio pages.
+#[derive(Debug)]
+struct AudioPagesScan {
+    /// Why the pages cannot be renumbered in flight, if they cannot.
+    problem: Option<String>,
+    /// The granule position of the stream's last page (its length in
+    /// samples), if the pages read have one.
+    last_granule: Option<u64>,
+}
+
+/// Most bytes at the end of a short file read again for its last granule
+/// position, when a problem stopped the walk before any page had one.
+const TAIL_FOR_DURATION: u64 = 64 << 10;
+
 /// Why the audio pages cannot be renumbered in flight, if they cannot:
 /// every page from the first audio page to the end of the file must be a
 /// page of the stream (a page of another stream means a chain or a
 /// multiplex, anything else damage or trailing bytes), the first continuing
 /// the header pages' sequence, the last ending at the end of the file (a
 /// file cut inside a page is an error: truncated). Short files are walked
-/// whole, longer ones at their start and end.
-fn audio_pages_problem(
+/// whole, longer ones at their start and end. And the stream's last
+/// granule position, from the pages walked in a short file, from the
+/// bytes checked at the end of a longer one (read even when the start has
+/// a problem already: the duration is there).
+fn scan_audio_pages(
     src: &Source<'_>,
     audio_offset: u64,
     header_pages: usize,
     serial: u32,
-) -> Result<Option<String>> {
+) -> Result<AudioPagesScan> {
     let size = src.size();
     let last_from = size.saturating_sub(CHECKED_LAST);
     if last_from <= audio_offset + WALKED_FIRST {
-        return walk_pages(src, audio_offset, size, header_pages, serial);
+        let mut walked = walk_pages(src, audio_offset, size, header_pages, serial)?;
+        if walked.problem.is_some() && walked.last_granule.is_none() {
+            let from = size.saturating_sub(TAIL_FOR_DURATION).max(audio_offset);
+            walked.last_granule = duration::last_granule(&read_from(src, from)?, serial);
+        }
+        return Ok(walked);
     }
     let stop = audio_offset + WALKED_FIRST;
-    Ok(match walk_pages(src, audio_offset, stop, header_pages, serial)? {
+    let walked = walk_pages(src, audio_offset, stop, header_pages, serial)?;
+    let tail = read_from(src, last_from)?;
+    let problem = match walked.problem {
         Some(problem) => Some(problem),
-        None => last_pages_problem(src, last_from, serial)?,
+        None => last_pages_problem(&tail, last_from, serial)?,
+    };
+    Ok(AudioPagesScan {
+        problem,
+        last_granule: duration::last_granule(&tail, serial),
     })
 }
 
+/// The file's bytes from `from` to its end (the last Ogg pages).
+fn read_from(src: &Source<'_>, from: u64) -> Result<Vec<u8>> {
+    src.read(from, src.size() - from, "the last Ogg pages")
+}
+
 /// The page headers from the first audio page on, until a page starts at
-/// or after `stop`, read a window at a time.
+/// or after `stop`, read a window at a time: the first problem found, and
+/// the last granule position of the pages before it.
 fn walk_pages(
     src: &Source<'_>,
     audio_offset: u64,
     stop: u64,
     header_pages: usize,
     serial: u32,
-) -> Result<Option<String>> {
+) -> Result<AudioPagesScan> {
     const WINDOW: u64 = 256 << 10;
     const LONGEST_HEADER: u64 = PAGE_HEADER_LEN + 255;
     let size = src.size();
     let (mut window, mut window_at) = (Vec::new(), audio_offset);
     let mut pos = audio_offset;
+    let mut last_granule = None;
+    let stopped = |problem, last_granule| {
+        Ok(AudioPagesScan {
+            problem: Some(problem),
+            last_granule,
+        })
+    };
     while pos < stop {
         if pos + LONGEST_HEADER.min(size - pos) > window_at + window.len() as u64 {
             window_at = pos;
@@ -228,36 +269,40 @@ fn walk_pages(
             return Err(runs_past_the_end(pos));
         }
         if !h.starts_with(b"OggS\0") {
-            return Ok(Some(not_a_page(pos)));
+            return stopped(not_a_page(pos), last_granule);
         }
         if let Some(problem) = stream_problem(h, pos, serial) {
-            return Ok(Some(problem));
+            return stopped(problem, last_granule);
         }
         if pos == audio_offset && le_u32(&h[18..]) as usize != header_pages {
-            return Ok(Some(
+            return stopped(
                 "page sequence numbers do not follow the header pages".into(),
-            ));
+                last_granule,
+            );
         }
+        last_granule = duration::granule(h).or(last_granule);
         match pages::declared_page_len(h, 0) {
             Some(len) if pos + len as u64 <= size => pos += len as u64,
             _ => return Err(runs_past_the_end(pos)),
         }
     }
-    Ok(None)
+    Ok(AudioPagesScan {
+        problem: None,
+        last_granule,
+    })
 }
 
-/// Why the pages in the file's last bytes (from `from`) cannot be
-/// renumbered, if they cannot: the first page start there whose chain of
-/// pages ends exactly at the end of the file must begin a chain of pages
-/// of this stream alone. The pages before it are not looked at.
-fn last_pages_problem(src: &Source<'_>, from: u64, serial: u32) -> Result<Option<String>> {
-    let tail = src.read(from, src.size() - from, "the last Ogg pages")?;
+/// Why the pages in the file's last bytes (`tail`, from offset `from`)
+/// cannot be renumbered, if they cannot: the first page start there whose
+/// chain of pages ends exactly at the end of the file must begin a chain
+/// of pages of this stream alone. The pages before it are not looked at.
+fn last_pages_problem(tail: &[u8], from: u64, serial: u32) -> Result<Option<String>> {
     // How the chain from the first page start of this stream ends, when
     // no chain reaches the end: the reason the file is refused or served
     // as it is.
     let mut first_of_stream = None;
     for start in (0..tail.len()).filter(|&c| tail[c..].starts_with(b"OggS\0")) {
-        let end = follow_pages(&tail, start, from, serial);
+        let end = follow_pages(tail, start, from, serial);
         if let ChainEnd::AtEnd(problem) = end {
             return Ok(problem);
         }
@@ -563,7 +608,7 @@ mod tests {
     fn problem(audio_bytes: &[u8]) -> Result<Option<String>> {
         let file = [vec![0u8; 100], audio_bytes.to_vec()].concat();
         let src = Source::new(&file, file.len() as u64);
-        audio_pages_problem(&src, 100, HEADER_PAGES, SERIAL)
+        scan_audio_pages(&src, 100, HEADER_PAGES, SERIAL).map(|scan| scan.problem)
     }
 
     #[test]
@@ -606,6 +651,109 @@ mod tests {
     fn the_start_of_a_long_stream_must_follow_the_header_pages() {
         let problem = problem(&audio(SERIAL, 5, 100)).unwrap();
         assert!(problem.unwrap().contains("sequence numbers"));
+    }
+
+    /// `page` with this granule position and a checksum that holds.
+    fn with_granule(mut page: Vec<u8>, granule: u64) -> Vec<u8> {
+        page[6..14].copy_from_slice(&granule.to_le_bytes());
+        page[22..26].fill(0);
+        let crc = pages::crc(&page);
+        page[22..26].copy_from_slice(&crc.to_le_bytes());
+        page
+    }
+
+    /// [`audio`] pages whose granule positions count 1000 samples a page.
+    fn timed_audio(first_seq: u32, count: u32) -> Vec<u8> {
+        let pages = (0..count).map(|i| page(SERIAL, first_seq + i, 0, 4000 + i as usize % 7, i as u8));
+        pages
+            .zip(1..)
+            .flat_map(|(page, n)| with_granule(page, n * 1000))
+            .collect()
+    }
+
+    /// The last granule position found in `audio_bytes` as the audio of a
+    /// file whose header pages take its first 100 bytes.
+    fn last_granule(audio_bytes: &[u8]) -> Option<u64> {
+        let file = [vec![0u8; 100], audio_bytes.to_vec()].concat();
+        let src = Source::new(&file, file.len() as u64);
+        scan_audio_pages(&src, 100, HEADER_PAGES, SERIAL)
+            .unwrap()
+            .last_granule
+    }
+
+    #[test]
+    fn the_last_granule_position_is_that_of_the_last_page() {
+        let id3v1 = [b"TAG".to_vec(), vec![b' '; 125]].concat();
+        // Short streams walked whole, long ones read at their end.
+        for count in [1, 10, 100] {
+            let whole = timed_audio(3, count);
+            assert_eq!(
+                last_granule(&whole),
+                Some(u64::from(count) * 1000),
+                "{count} pages"
+            );
+            let trailing = [whole, id3v1.clone()].concat();
+            assert_eq!(
+                last_granule(&trailing),
+                Some(u64::from(count) * 1000),
+                "{count} + ID3v1"
+            );
+            // A walk stopped on its first page: the end is read for it.
+            let misnumbered = timed_audio(5, count);
+            assert_eq!(
+                last_granule(&misnumbered),
+                Some(u64::from(count) * 1000),
+                "{count}, misnumbered"
+            );
+        }
+    }
+
+    #[test]
+    fn a_page_start_in_the_last_page_s_body_is_not_its_granule_position() {
+        let mut last = page(SERIAL, 103, 0, 4000, 9);
+        let at = last.len() - 100;
+        last[at..at + 5].copy_from_slice(b"OggS\0");
+        last[at + 6..at + 14].copy_from_slice(&7u64.to_le_bytes());
+        last[at + 14..at + 18].copy_from_slice(&SERIAL.to_le_bytes());
+        last[at + 26] = 0;
+        let stream = [timed_audio(3, 100), with_granule(last, 123_456)].concat();
+        assert_eq!(last_granule(&stream), Some(123_456));
+    }
+
+    /// The fixture's probe, after `edit` changed its identification header
+    /// packet (the first page's checksum made to hold again).
+    fn probed_with_ident(file: &[u8], format: Format, edit: impl FnOnce(&mut [u8])) -> Probe {
+        let mut file = file.to_vec();
+        let first_page_len = pages::declared_page_len(&file, 0).unwrap();
+        let ident_at = PAGE_HEADER_LEN as usize + file[26] as usize;
+        edit(&mut file[ident_at..first_page_len]);
+        let page = with_granule(file[..first_page_len].to_vec(), 0);
+        file[..first_page_len].copy_from_slice(&page);
+        probe(&Source::new(&file, file.len() as u64), format).unwrap()
+    }
+
+    const VORBIS: &[u8] = include_bytes!("../../../../tests/fixtures/tagged.ogg");
+    const OPUS: &[u8] = include_bytes!("../../../../tests/fixtures/tagged.opus");
+
+    #[test]
+    fn duration_is_the_last_granule_position_over_the_sample_rate() {
+        // 1 s at 22.05 kHz; ffprobe says 1.000000 s.
+        let vorbis = probed_with_ident(VORBIS, Format::Vorbis, |_| {});
+        assert_eq!(vorbis.duration_ms, Some(1000));
+        crate::duration::assert_near_ffprobe(vorbis.duration_ms, 1.0);
+        // ffprobe says 1.006500 s: it counts the 312 samples of pre-skip
+        // (6.5 ms) that decoders drop.
+        let opus = probed_with_ident(OPUS, Format::Opus, |_| {});
+        assert_eq!(opus.duration_ms, Some(1000));
+        crate::duration::assert_near_ffprobe(opus.duration_ms, 1.0065);
+    }
+
+    #[test]
+    fn a_zero_sample_rate_or_a_pre_skip_past_the_end_gives_no_duration() {
+        let no_rate = probed_with_ident(VORBIS, Format::Vorbis, |ident| ident[12..16].fill(0));
+        assert_eq!(no_rate.duration_ms, None);
+        let long_pre_skip = probed_with_ident(OPUS, Format::Opus, |ident| ident[10..12].fill(0xff));
+        assert_eq!(long_pre_skip.duration_ms, None);
     }
 
     /// The cost of not reading whole files at scan time: damage between

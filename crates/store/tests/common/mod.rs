@@ -26,6 +26,7 @@ pub fn track(path: &str) -> ScannedTrack {
         parts: vec![],
         passthrough: None,
         vendor: None,
+        duration_ms: None,
     }
 }
 

@@ -1,0 +1,354 @@
+//! Smart playlists: each `[[playlist]]` of the configuration is
+//! `Playlists/NAME.m3u8` at the mount's root, an extended M3U of the
+//! tracks its query matches, with their durations and titles, each entry
+//! the track's raw UTF-8 path relative to the playlist into the first view
+//! (no percent-encoding: MPD and most players read entries as paths).
+//!
+//! A playlist's bytes are made when the view loads and made again after a
+//! refresh that changed one of its tracks or a track its query now
+//! matches ([`View::remake_playlists`]); an open reads the bytes made
+//! last, whole, so a reader never sees two versions mixed.
+
+use std::cmp::Ordering;
+use std::time::SystemTime;
+
+use super::*;
+use crate::query::{Query, QueryTrack};
+use crate::view::served_file::ServedFile;
+
+/// The folder at the root that holds the playlists.
+pub const PLAYLISTS_FOLDER: &str = "Playlists";
+
+/// A playlist as the configuration defines it.
+#[derive(Debug, Clone)]
+pub struct PlaylistSpec {
+    /// Its file's name, without `.m3u8`.
+    pub name: String,
+    pub query: Arc<Query>,
+    /// Its order: by these fields, each ascending unless `descending`;
+    /// none: the order of the tracks' paths in the first view.
+    pub sort: Vec<SortKey>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SortKey {
+    /// A tag (`artist`), or `added`, `duration` or `path`.
+    pub field: String,
+    pub descending: bool,
+}
+
+impl SortKey {
+    /// `field`, or `-field` for descending.
+    pub fn parse(word: &str) -> Option<SortKey> {
+        let (field, descending) = match word.strip_prefix('-') {
+            Some(field) => (field, true),
+            None => (word, false),
+        };
+        let field = field.trim().to_lowercase();
+        (!field.is_empty() && !field.contains(char::is_whitespace)).then_some(SortKey { field, descending })
+    }
+}
+
+/// The playlists of a view: their bytes as made last, and which tracks
+/// they hold.
+#[derive(Default)]
+pub(super) struct Playlists {
+    made: Mutex<Vec<MadePlaylist>>,
+}
+
+#[derive(Clone)]
+struct MadePlaylist {
+    bytes: Arc<Vec<u8>>,
+    members: HashSet<i64>,
+    /// Bumped each time the bytes change: the version clients see.
+    version: i64,
+    changed: SystemTime,
+}
+
+impl Default for MadePlaylist {
+    fn default() -> Self {
+        MadePlaylist {
+            bytes: Arc::new(b"#EXTM3U\n".to_vec()),
+            members: HashSet::new(),
+            version: 1,
+            changed: SystemTime::now(),
+        }
+    }
+}
+
+/// One entry of a playlist, before it is sorted and written.
+struct PlaylistEntry {
+    track: TrackRow,
+    tags: Vec<(String, String)>,
+    path: String,
+}
+
+impl View {
+    /// What clients see of playlist `index` (the bytes made last).
+    pub fn playlist_file(&self, index: usize) -> Option<ServedFile> {
+        let made = self.playlists.made.lock();
+        made.get(index).map(|made| served_playlist(index, made))
+    }
+
+    /// Makes every playlist's bytes (when the view loads).
+    pub(super) fn make_playlists(&self) {
+        let all: Vec<usize> = (0..self.config.playlists.len()).collect();
+        self.remake(&all);
+    }
+
+    /// Makes again the playlists that tracks `changed` (re-rendered by a
+    /// refresh; all of them after a rebuild) were or now are in: the
+    /// inodes of those whose bytes changed.
+    pub fn remake_playlists(&self, changed: &[i64], rebuilt: bool) -> Vec<u64> {
+        if self.config.playlists.is_empty() || (changed.is_empty() && !rebuilt) {
+            return Vec::new();
+        }
+        let touched: Vec<usize> = if rebuilt {
+            (0..self.config.playlists.len()).collect()
+        } else {
+            self.touched_playlists(changed)
+        };
+        let remade = self.remake(&touched);
+        let tree = self.tree();
+        remade
+            .into_iter()
+            .filter_map(|index| tree.playlist_ino(index))
+            .collect()
+    }
+
+    /// The playlists a changed track was in or whose query it matches now.
+    fn touched_playlists(&self, changed: &[i64]) -> Vec<usize> {
+        let members: Vec<HashSet<i64>> = self
+            .playlists
+            .made
+            .lock()
+            .iter()
+            .map(|m| m.members.clone())
+            .collect();
+        let bundles: Vec<TrackBundle> = self
+            .pool
+            .with(|store| {
+                let mut out = Vec::new();
+                for id in changed {
+                    if let Some(b) = store
+                        .track_bundle(*id)
+                        .map_err(|e| io::Error::other(e.to_string()))?
+                    {
+                        out.push(b);
+                    }
+                }
+                Ok(out)
+            })
+            .unwrap_or_default();
+        (self.config.playlists.iter().enumerate())
+            .filter(|(index, spec)| {
+                let was_in = members
+                    .get(*index)
+                    .is_some_and(|m| changed.iter().any(|id| m.contains(id)));
+                was_in || bundles.iter().any(|b| spec.query.matches(&QueryTrack::of(b)))
+            })
+            .map(|(index, _)| index)
+            .collect()
+    }
+
+    /// Makes playlists `indices` again: those whose bytes changed.
+    fn remake(&self, indices: &[usize]) -> Vec<usize> {
+        let mut changed = Vec::new();
+        for &index in indices {
+            let Some(spec) = self.config.playlists.get(index) else {
+                continue;
+            };
+            let (bytes, members) = match self.playlist_bytes(spec) {
+                Ok(made) => made,
+                Err(e) => {
+                    tracing::error!("playlist {:?}: {e:#}", spec.name);
+                    continue;
+                }
+            };
+            let mut made = self.playlists.made.lock();
+            if made.len() < self.config.playlists.len() {
+                made.resize(self.config.playlists.len(), MadePlaylist::default());
+            }
+            let slot = &mut made[index];
+            if *slot.bytes != bytes {
+                slot.bytes = Arc::new(bytes);
+                slot.version += 1;
+                slot.changed = SystemTime::now();
+                changed.push(index);
+            }
+            slot.members = members;
+        }
+        changed
+    }
+
+    /// A playlist's bytes and its tracks, from the store and the tree now.
+    fn playlist_bytes(&self, spec: &PlaylistSpec) -> anyhow::Result<(Vec<u8>, HashSet<i64>)> {
+        let mut found: Vec<(TrackRow, Vec<(String, String)>)> = Vec::new();
+        self.pool.with(|store| {
+            store
+                .read_snapshot(|s| spec.query.for_each_match(s, |b| found.push((b.track, b.tags))))
+                .map_err(|e| io::Error::other(e.to_string()))
+        })?;
+        let members = found.iter().map(|(t, _)| t.id).collect();
+        let first_view = self.config.views.first().map(|v| format!("{}/", v.name));
+        let mut entries: Vec<PlaylistEntry> = {
+            let tree = self.tree();
+            (found.into_iter())
+                .filter_map(|(track, tags)| {
+                    let paths = tree.paths_of(file_ino(track.id));
+                    let path = match &first_view {
+                        Some(prefix) => paths.into_iter().find(|p| p.starts_with(prefix.as_str()))?,
+                        None => paths.into_iter().next()?,
+                    };
+                    Some(PlaylistEntry { track, tags, path })
+                })
+                .collect()
+        };
+        entries.sort_by(|a, b| compare(a, b, &spec.sort).then_with(|| a.path.cmp(&b.path)));
+        Ok((m3u8(&entries).into_bytes(), members))
+    }
+
+    /// Opens playlist node `ino`: the bytes made last.
+    pub(super) fn open_playlist(&self, index: usize, store_generation: u64) -> io::Result<OpenFile> {
+        let (bytes, served) = {
+            let made = self.playlists.made.lock();
+            let made = made
+                .get(index)
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+            (made.bytes.clone(), served_playlist(index, made))
+        };
+        let mut layout = Layout::default();
+        layout.push_bytes(&bytes);
+        Ok(OpenFile {
+            track: no_track(),
+            layout: Arc::new(layout),
+            served,
+            backing: BackingFile::Store,
+            read_ahead: None,
+            first_read: None,
+            bytes_read: AtomicU64::new(0),
+            read_through: AtomicBool::new(false),
+            store_generation,
+        })
+    }
+}
+
+/// What clients see of playlist `index` as `made`: its id is its place,
+/// negative (no track's), its version that of its bytes.
+fn served_playlist(index: usize, made: &MadePlaylist) -> ServedFile {
+    ServedFile {
+        size: made.bytes.len() as u64,
+        mtime_ns: time_ns(made.changed),
+        id: -(index as i64) - 1,
+        version: made.version,
+        content_type: "audio/x-mpegurl",
+        track_id: None,
+    }
+}
+
+/// An open file serves no track's bytes: a playlist's row stands for none.
+fn no_track() -> TrackRow {
+    TrackRow {
+        id: 0,
+        backing_path: String::new(),
+        format: retagfs_store::Format::Flac,
+        audio_offset: 0,
+        audio_length: 0,
+        stamps: retagfs_store::Stamps {
+            size: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+        },
+        content_version: 0,
+        passthrough: None,
+        changed_at: 0,
+        vendor: None,
+        remote_etag: None,
+        added_at: 0,
+        duration_ms: None,
+    }
+}
+
+fn time_ns(t: SystemTime) -> i64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+fn first_tag<'a>(tags: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    tags.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
+/// Orders two entries by the sort keys.
+fn compare(a: &PlaylistEntry, b: &PlaylistEntry, keys: &[SortKey]) -> Ordering {
+    for key in keys {
+        let order = natural(&sort_value(a, &key.field), &sort_value(b, &key.field));
+        let order = if key.descending { order.reverse() } else { order };
+        if order != Ordering::Equal {
+            return order;
+        }
+    }
+    Ordering::Equal
+}
+
+fn sort_value(e: &PlaylistEntry, field: &str) -> String {
+    match field {
+        "added" => e.track.added_at.to_string(),
+        "duration" => e.track.duration_ms.unwrap_or(0).to_string(),
+        "path" => e.path.clone(),
+        tag => first_tag(&e.tags, tag).unwrap_or_default().to_string(),
+    }
+}
+
+/// Numbers as numbers (`2` before `10`), anything else without case.
+fn natural(a: &str, b: &str) -> Ordering {
+    match (a.trim().parse::<f64>(), b.trim().parse::<f64>()) {
+        (Ok(x), Ok(y)) => x.partial_cmp(&y).unwrap_or(Ordering::Equal),
+        _ => a.to_lowercase().cmp(&b.to_lowercase()),
+    }
+}
+
+/// The extended M3U: `#EXTINF:<seconds>,<artist> - <title>` and the path
+/// of each entry, relative to the playlist's folder.
+fn m3u8(entries: &[PlaylistEntry]) -> String {
+    let mut out = String::from("#EXTM3U\n");
+    for e in entries {
+        let seconds = e.track.duration_ms.map_or(-1, |ms| ((ms + 500) / 1000) as i64);
+        let title = first_tag(&e.tags, "title")
+            .map(str::to_string)
+            .unwrap_or_else(|| e.path.rsplit('/').next().unwrap_or_default().to_string());
+        let artist = first_tag(&e.tags, "artist").or_else(|| first_tag(&e.tags, "albumartist"));
+        let label = match artist {
+            Some(artist) => format!("{artist} - {title}"),
+            None => title,
+        };
+        out.push_str(&format!(
+            "#EXTINF:{seconds},{}\n../{}\n",
+            one_line(&label),
+            e.path
+        ));
+    }
+    out
+}
+
+fn one_line(text: &str) -> String {
+    text.replace(['\r', '\n'], " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sort_keys_read_a_minus_as_descending() {
+        assert_eq!(
+            SortKey::parse("-Added"),
+            Some(SortKey {
+                field: "added".into(),
+                descending: true
+            })
+        );
+        assert_eq!(SortKey::parse("-"), None);
+        assert_eq!(natural("2", "10"), Ordering::Less);
+        assert_eq!(natural("b", "A"), Ordering::Greater);
+    }
+}
