@@ -16,6 +16,8 @@ import threading
 import time
 import urllib.request
 
+from bench_http import free_port
+
 # Pairs of each row: enough that machine noise (a pair's ratio ranges
 # over +-30 % here) leaves the median within about a percent.
 RUNS = 41
@@ -41,15 +43,6 @@ class Scraper:
     def stop(self):
         self.stop_event.set()
         self.thread.join()
-
-
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def drop_page_cache(path):

@@ -18,6 +18,7 @@ import pytest
 
 from conftest import run
 from test_http import Server
+from test_media_software import free_port
 from test_live import wait_for
 
 pytestmark = pytest.mark.once
@@ -127,15 +128,6 @@ def test_serve_counts_requests_by_method_and_status(tmp_path, store):
 
 
 PROMETHEUS = shutil.which("prometheus")
-
-
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def prometheus_query(port, query):

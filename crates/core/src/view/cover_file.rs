@@ -43,16 +43,6 @@ impl View {
             .ok_or_else(enoent)?;
         let mut layout = Layout::default();
         layout.push_art(art.art_rowid, u64::from(art.len));
-        Ok(OpenFile {
-            track,
-            layout: Arc::new(layout),
-            served,
-            backing: BackingFile::Store,
-            read_ahead: None,
-            first_read: None,
-            bytes_read: AtomicU64::new(0),
-            read_through: AtomicBool::new(false),
-            store_generation,
-        })
+        Ok(OpenFile::from_store(track, layout, served, store_generation))
     }
 }

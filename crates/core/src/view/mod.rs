@@ -105,6 +105,27 @@ pub enum ReadAheadMode {
 }
 
 impl OpenFile {
+    /// A file whose every byte comes from the store (a cover, a playlist),
+    /// standing for `track`.
+    fn from_store(
+        track: TrackRow,
+        layout: Layout,
+        served: served_file::ServedFile,
+        store_generation: u64,
+    ) -> OpenFile {
+        OpenFile {
+            track,
+            layout: Arc::new(layout),
+            served,
+            backing: BackingFile::Store,
+            read_ahead: None,
+            first_read: None,
+            bytes_read: AtomicU64::new(0),
+            read_through: AtomicBool::new(false),
+            store_generation,
+        }
+    }
+
     /// Whether the backing file is still as the scan saw it: a file kept
     /// open serves the version it opened, but a new request for it should
     /// be refused as a new open would be.

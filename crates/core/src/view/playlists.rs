@@ -219,17 +219,7 @@ impl View {
         };
         let mut layout = Layout::default();
         layout.push_bytes(&bytes);
-        Ok(OpenFile {
-            track: no_track(),
-            layout: Arc::new(layout),
-            served,
-            backing: BackingFile::Store,
-            read_ahead: None,
-            first_read: None,
-            bytes_read: AtomicU64::new(0),
-            read_through: AtomicBool::new(false),
-            store_generation,
-        })
+        Ok(OpenFile::from_store(no_track(), layout, served, store_generation))
     }
 }
 
