@@ -220,6 +220,22 @@ def test_a_second_signal_stops_at_once_with_files_open(store, mount):
     assert f" {m.mnt} " not in open("/proc/mounts").read()
 
 
+def test_a_signal_as_the_mount_comes_up_unmounts_it(tmp_path, store):
+    """SIGTERM the moment the mount point is mounted (the daemon still
+    starting its threads): the daemon unmounts and leaves no dead mount."""
+    mnt = tmp_path / "early"
+    mnt.mkdir()
+    for _ in range(10):
+        proc = subprocess.Popen([BIN, "mount", str(mnt), "--db", str(store)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.time() + 20
+        while not os.path.ismount(mnt):
+            assert proc.poll() is None and time.time() < deadline, proc.stderr.read()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0, proc.stderr.read()
+        assert not os.path.ismount(mnt), "a dead mount was left behind"
+
+
 def test_a_second_mount_on_a_mountpoint_in_use_says_what_is_mounted_there(store, mount):
     m = mount(store)
     p = run("mount", str(m.mnt), "--db", str(store), check=False)

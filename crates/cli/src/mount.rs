@@ -176,6 +176,10 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
         ownership,
     };
     let http_view = lib.clone();
+    // Caught from before the kernel mounts: a signal while the mount
+    // starts (its threads, the store's watcher) unmounts once it is up,
+    // instead of killing the daemon and leaving a dead mount behind.
+    let signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     let mut mount = Mount::new(lib, &a.mountpoint, &mount_config).with_context(|| {
         let hint = FuseAccess::of_this_user().hint();
         format!("mounting on {} ({hint})", a.mountpoint.display())
@@ -186,7 +190,6 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
         retagfs_http::spawn(http_view, options)?;
     }
     let unmounter = mount.unmounter();
-    let signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     let mountpoint = a.mountpoint.clone();
     std::thread::spawn(move || stop_on_signals(signals, unmounter, &mountpoint));
     eprintln!(
