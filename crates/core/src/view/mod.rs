@@ -193,12 +193,19 @@ impl View {
         // default template names fields many libraries lack in places.)
         let check_fields = config.template.source() != DEFAULT_TEMPLATE;
         let mut valued = 0;
-        let ((tree, tracks), seq) = store
-            .read_snapshot(|s| {
+        // The playlists' queries run beside the tree's build.
+        let (loaded, playlist_tracks) = std::thread::scope(|scope| {
+            let playlist_tracks = (!config.playlists.is_empty())
+                .then(|| scope.spawn(|| playlists::tracks_of_every_playlist(db, &config.playlists)));
+            let loaded = store.read_snapshot(|s| {
                 let noting = check_fields.then_some(&mut valued);
                 Ok((load_tree_noting(s, &config, noting)?, s.last_change_seq()?))
-            })
-            .context("reading the store")?;
+            });
+            let playlist_tracks =
+                playlist_tracks.map(|t| t.join().expect("finding playlists' tracks panicked"));
+            (loaded, playlist_tracks)
+        });
+        let ((tree, tracks), seq) = loaded.context("reading the store")?;
         tracing::info!(
             "loaded {tracks} tracks and built the tree in {:.1} ms",
             started.elapsed().as_secs_f64() * 1000.0
@@ -232,7 +239,7 @@ impl View {
             searches: Searches::new(true),
             playlists: Default::default(),
         };
-        view.make_playlists();
+        view.make_playlists(playlist_tracks.unwrap_or_default());
         view.note_metrics();
         Ok(view)
     }

@@ -90,10 +90,12 @@ impl View {
         made.get(index).map(|made| served_playlist(index, made))
     }
 
-    /// Makes every playlist's bytes (when the view loads).
-    pub(super) fn make_playlists(&self) {
-        let all: Vec<usize> = (0..self.config.playlists.len()).collect();
-        self.remake(&all);
+    /// Makes every playlist's bytes when the view loads, from their
+    /// tracks found meanwhile ([`tracks_of_every_playlist`]).
+    pub(super) fn make_playlists(&self, found: Vec<anyhow::Result<Vec<Found>>>) {
+        for (index, found) in found.into_iter().enumerate() {
+            self.keep_made(index, found);
+        }
     }
 
     /// Makes again the playlists that tracks `changed` (re-rendered by a
@@ -158,37 +160,47 @@ impl View {
             let Some(spec) = self.config.playlists.get(index) else {
                 continue;
             };
-            let (bytes, members) = match self.playlist_bytes(spec) {
-                Ok(made) => made,
-                Err(e) => {
-                    tracing::error!("playlist {:?}: {e:#}", spec.name);
-                    continue;
-                }
-            };
-            let mut made = self.playlists.made.lock();
-            if made.len() < self.config.playlists.len() {
-                made.resize(self.config.playlists.len(), MadePlaylist::default());
-            }
-            let slot = &mut made[index];
-            if *slot.bytes != bytes {
-                slot.bytes = Arc::new(bytes);
-                slot.version += 1;
-                slot.changed = SystemTime::now();
+            let found = self
+                .pool
+                .with(|store| tracks_of(spec, store).map_err(|e| io::Error::other(format!("{e:#}"))))
+                .map_err(anyhow::Error::from);
+            if self.keep_made(index, found) {
                 changed.push(index);
             }
-            slot.members = members;
         }
         changed
     }
 
-    /// A playlist's bytes and its tracks, from the store and the tree now.
-    fn playlist_bytes(&self, spec: &PlaylistSpec) -> anyhow::Result<(Vec<u8>, HashSet<i64>)> {
-        let mut found: Vec<(TrackRow, Vec<(String, String)>)> = Vec::new();
-        self.pool.with(|store| {
-            store
-                .read_snapshot(|s| spec.query.for_each_match(s, |b| found.push((b.track, b.tags))))
-                .map_err(|e| io::Error::other(e.to_string()))
-        })?;
+    /// Keeps the bytes of playlist `index` made from its tracks `found`:
+    /// whether they changed.
+    fn keep_made(&self, index: usize, found: anyhow::Result<Vec<Found>>) -> bool {
+        let Some(spec) = self.config.playlists.get(index) else {
+            return false;
+        };
+        let (bytes, members) = match found {
+            Ok(found) => self.playlist_bytes(spec, found),
+            Err(e) => {
+                tracing::error!("playlist {:?}: {e:#}", spec.name);
+                return false;
+            }
+        };
+        let mut made = self.playlists.made.lock();
+        if made.len() < self.config.playlists.len() {
+            made.resize(self.config.playlists.len(), MadePlaylist::default());
+        }
+        let slot = &mut made[index];
+        slot.members = members;
+        if *slot.bytes == bytes {
+            return false;
+        }
+        slot.bytes = Arc::new(bytes);
+        slot.version += 1;
+        slot.changed = SystemTime::now();
+        true
+    }
+
+    /// A playlist's bytes and its tracks, its tracks' places in the tree now.
+    fn playlist_bytes(&self, spec: &PlaylistSpec, found: Vec<Found>) -> (Vec<u8>, HashSet<i64>) {
         let members = found.iter().map(|(t, _)| t.id).collect();
         let first_view = self.config.views.first().map(|v| format!("{}/", v.name));
         let mut entries: Vec<PlaylistEntry> = {
@@ -205,7 +217,7 @@ impl View {
                 .collect()
         };
         entries.sort_by(|a, b| compare(a, b, &spec.sort).then_with(|| a.path.cmp(&b.path)));
-        Ok((m3u8(&entries).into_bytes(), members))
+        (m3u8(&entries).into_bytes(), members)
     }
 
     /// Opens playlist node `ino`: the bytes made last.
@@ -233,6 +245,28 @@ fn served_playlist(index: usize, made: &MadePlaylist) -> ServedFile {
         version: made.version,
         content_type: "audio/x-mpegurl",
         track_id: None,
+    }
+}
+
+/// A track a playlist's query matched: its row and tags.
+pub(super) type Found = (TrackRow, Vec<(String, String)>);
+
+/// The tracks playlist `spec`'s query matches in `store`.
+fn tracks_of(spec: &PlaylistSpec, store: &Store) -> anyhow::Result<Vec<Found>> {
+    let mut found = Vec::new();
+    store.read_snapshot(|s| spec.query.for_each_match(s, |b| found.push((b.track, b.tags))))?;
+    Ok(found)
+}
+
+/// The tracks of every playlist, read through a connection of their own
+/// to the store at `db`: run beside the tree's build when a view loads.
+pub(super) fn tracks_of_every_playlist(db: &Path, specs: &[PlaylistSpec]) -> Vec<anyhow::Result<Vec<Found>>> {
+    match Store::open_read_only(db) {
+        Ok(store) => specs.iter().map(|spec| tracks_of(spec, &store)).collect(),
+        Err(e) => {
+            let why = format!("{e:#}");
+            specs.iter().map(|_| Err(anyhow::anyhow!("{why}"))).collect()
+        }
     }
 }
 

@@ -231,8 +231,9 @@ pub struct Tree {
     /// tree's directories are numbered by a hash of their path, stable
     /// across remounts).
     next_dir_ino: Option<u64>,
-    /// The base name of folders' covers (`cover`); None: no covers.
-    cover_name: Option<Arc<str>>,
+    /// The names of folders' covers (`cover.jpg`, `cover.png`), shared by
+    /// them all; None: no covers.
+    cover_names: Option<[Arc<str>; 2]>,
     /// Covers in the tree.
     cover_count: usize,
     /// The playlists' inodes, in the configuration's order.
@@ -490,7 +491,7 @@ impl Tree {
             listing_changed: HashMap::default(),
             root,
             next_dir_ino,
-            cover_name: None,
+            cover_names: None,
             cover_count: 0,
             playlist_inos: Vec::new(),
         }
@@ -595,7 +596,7 @@ impl Tree {
         if existed {
             out.inodes.push(ino);
         }
-        if self.cover_name.is_some() {
+        if self.cover_names.is_some() {
             let folders_after = self.places(ino).into_iter().map(|(parent, _)| parent);
             let mut folders: Vec<u64> = folders_before.into_iter().chain(folders_after).collect();
             folders.sort_unstable();
@@ -778,7 +779,7 @@ impl Tree {
         ino
     }
 
-    fn add_child(&mut self, parent: u64, name: String, ino: u64, entry: Entry) {
+    fn add_child(&mut self, parent: u64, name: impl Into<Arc<str>>, ino: u64, entry: Entry) {
         let name: Arc<str> = name.into();
         if let Some(Entry::Dir { children }) = self.nodes.get_mut(&parent).map(|n| &mut n.entry) {
             children.insert(name.clone(), ino);

@@ -73,12 +73,23 @@ pub const MOST_FILES_OF_A_COVERED_FOLDER: usize = 500;
 impl Tree {
     /// Folders get covers named `base.jpg` or `base.png` from now on.
     pub(super) fn set_cover_name(&mut self, base: Option<Arc<str>>) {
-        self.cover_name = base;
+        self.cover_names = base.as_ref().map(|base| {
+            [
+                Arc::from(format!("{base}.jpg").as_str()),
+                Arc::from(format!("{base}.png").as_str()),
+            ]
+        });
+    }
+
+    /// The name of a cover of `art`'s kind, shared by every such cover.
+    fn cover_file_name(&self, art: &CoverArt) -> Option<Arc<str>> {
+        let [jpg, png] = self.cover_names.as_ref()?;
+        Some(if art.png { png.clone() } else { jpg.clone() })
     }
 
     /// Gives every folder its cover (after a build).
     pub(super) fn sync_all_covers(&mut self) {
-        if self.cover_name.is_none() {
+        if self.cover_names.is_none() {
             return;
         }
         let dirs: Vec<u64> = (self.nodes.iter())
@@ -95,11 +106,11 @@ impl Tree {
     /// (the first such in listing order on a tie), or none, telling `out`
     /// what the kernel must forget.
     pub(super) fn sync_cover(&mut self, dir: u64, out: &mut Invalidations) {
-        let Some(base) = self.cover_name.clone() else {
+        if self.cover_names.is_none() {
             return;
-        };
+        }
         let wanted = self.most_common_cover(dir);
-        let current = self.cover_of(dir, &base);
+        let current = self.cover_of(dir);
         if let Some((ino, name, cover)) = &current {
             if wanted == Some(*cover) {
                 return;
@@ -112,38 +123,49 @@ impl Tree {
             out.entries.push((dir, name.to_string()));
             out.inodes.push(*ino);
         }
-        let Some(cover) = wanted else {
+        let Some((cover, name)) = wanted.and_then(|c| Some((c, self.cover_file_name(&c.art)?))) else {
             return;
         };
-        let name = format!("{base}.{}", cover.art.extension());
         if self.child(dir, &name).is_some() {
             // A folder or a file of the library holds the name.
             return;
         }
         let ino = match &current {
             Some((ino, _, _)) => *ino,
-            None => {
-                let path = self.path(dir).unwrap_or_default();
-                self.free_dir_ino(&format!("{path}\0{name}"))
-            }
+            None => self.free_cover_ino(dir),
         };
-        out.entries.push((dir, name.clone()));
+        out.entries.push((dir, name.to_string()));
         self.add_child(dir, name, ino, Entry::Cover(cover));
         self.cover_count += 1;
     }
 
     /// The cover node of `dir`: (inode, name, cover).
-    fn cover_of(&self, dir: u64, base: &str) -> Option<(u64, Arc<str>, FolderCover)> {
+    fn cover_of(&self, dir: u64) -> Option<(u64, Arc<str>, FolderCover)> {
         let Entry::Dir { children } = &self.nodes.get(&dir)?.entry else {
             return None;
         };
-        ["jpg", "png"].iter().find_map(|ext| {
-            let (name, ino) = children.get_key_value(&*format!("{base}.{ext}"))?;
+        self.cover_names.as_ref()?.iter().find_map(|name| {
+            let (name, ino) = children.get_key_value(&**name)?;
             match self.nodes.get(ino)?.entry {
                 Entry::Cover(cover) => Some((*ino, name.clone(), cover)),
                 _ => None,
             }
         })
+    }
+
+    /// An inode for the cover of folder `dir`: from the folder's (so the
+    /// same across remounts), probing on the unlikely collision.
+    fn free_cover_ino(&self, dir: u64) -> u64 {
+        // SplitMix64's finalizer: every bit of the folder's inode moves.
+        let mut h = dir ^ 0x9e37_79b9_7f4a_7c15;
+        h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        h ^= h >> 31;
+        let mut ino = (h & (DIR_BIT - 1)) | DIR_BIT;
+        while self.nodes.contains_key(&ino) {
+            ino = ((ino + 1) & (DIR_BIT - 1)) | DIR_BIT;
+        }
+        ino
     }
 
     /// Whether folder `dir`, holding one entry at most, is empty once its
@@ -175,21 +197,27 @@ impl Tree {
         if children.len() > MOST_FILES_OF_A_COVERED_FOLDER {
             return None;
         }
-        // Per picture: (tracks, first in listing order, latest mtime).
-        let mut counts: HashMap<CoverArt, (usize, usize, i64)> = HashMap::default();
-        for (order, ino) in children.values().enumerate() {
+        // Per picture, in the order first seen: (picture, tracks, latest
+        // mtime). A folder mostly has one or two: a list beats a map.
+        let mut counts: Vec<(CoverArt, usize, i64)> = Vec::new();
+        for ino in children.values() {
             if let Some(Entry::File(f)) = self.nodes.get(ino).map(|n| &n.entry) {
                 if let Some(art) = f.cover {
-                    let seen = counts.entry(art).or_insert((0, order, f.mtime_ns));
-                    seen.0 += 1;
-                    seen.2 = seen.2.max(f.mtime_ns);
+                    match counts.iter_mut().find(|(seen, _, _)| *seen == art) {
+                        Some((_, count, mtime)) => {
+                            *count += 1;
+                            *mtime = (*mtime).max(f.mtime_ns);
+                        }
+                        None => counts.push((art, 1, f.mtime_ns)),
+                    }
                 }
             }
         }
         // Most tracks first, then the first listed.
+        let most = counts.iter().map(|(_, count, _)| *count).max()?;
         (counts.into_iter())
-            .max_by_key(|(_, (count, first, _))| (*count, std::cmp::Reverse(*first)))
-            .map(|(art, (_, _, mtime_ns))| FolderCover { art, mtime_ns })
+            .find(|(_, count, _)| *count == most)
+            .map(|(art, _, mtime_ns)| FolderCover { art, mtime_ns })
     }
 }
 
