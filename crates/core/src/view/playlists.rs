@@ -98,17 +98,16 @@ impl View {
         }
     }
 
-    /// Makes again the playlists that tracks `changed` (re-rendered by a
-    /// refresh; all of them after a rebuild) were or now are in: the
-    /// inodes of those whose bytes changed.
-    pub fn remake_playlists(&self, changed: &[i64], rebuilt: bool) -> Vec<u64> {
-        if self.config.playlists.is_empty() || (changed.is_empty() && !rebuilt) {
+    /// Makes again the playlists a refresh touched (all of them after a
+    /// rebuild): the inodes of those whose bytes changed.
+    pub fn remake_playlists(&self, refresh: &Refresh) -> Vec<u64> {
+        if self.config.playlists.is_empty() || (refresh.changed.is_empty() && !refresh.rebuilt) {
             return Vec::new();
         }
-        let touched: Vec<usize> = if rebuilt {
+        let touched: Vec<usize> = if refresh.rebuilt {
             (0..self.config.playlists.len()).collect()
         } else {
-            self.touched_playlists(changed)
+            self.touched_playlists(&refresh.changed, &refresh.playlists_matched)
         };
         let remade = self.remake(&touched);
         let tree = self.tree();
@@ -118,38 +117,29 @@ impl View {
             .collect()
     }
 
-    /// The playlists a changed track was in or whose query it matches now.
-    fn touched_playlists(&self, changed: &[i64]) -> Vec<usize> {
-        let members: Vec<HashSet<i64>> = self
-            .playlists
-            .made
-            .lock()
-            .iter()
-            .map(|m| m.members.clone())
-            .collect();
-        let bundles: Vec<TrackBundle> = self
-            .pool
-            .with(|store| {
-                let mut out = Vec::new();
-                for id in changed {
-                    if let Some(b) = store
-                        .track_bundle(*id)
-                        .map_err(|e| io::Error::other(e.to_string()))?
-                    {
-                        out.push(b);
-                    }
-                }
-                Ok(out)
+    /// Notes in `matched` the playlists a track read by a refresh matches.
+    pub(super) fn note_matching_playlists(&self, track: &TrackBundle, matched: &mut Vec<usize>) {
+        if self.config.playlists.is_empty() {
+            return;
+        }
+        let track = QueryTrack::of(track);
+        for (index, spec) in self.config.playlists.iter().enumerate() {
+            if !matched.contains(&index) && spec.query.matches(&track) {
+                matched.push(index);
+            }
+        }
+    }
+
+    /// The playlists a changed track was in, or one matches now.
+    fn touched_playlists(&self, changed: &[i64], matched: &[usize]) -> Vec<usize> {
+        let made = self.playlists.made.lock();
+        (0..self.config.playlists.len())
+            .filter(|index| {
+                matched.contains(index)
+                    || made
+                        .get(*index)
+                        .is_some_and(|m| changed.iter().any(|id| m.members.contains(id)))
             })
-            .unwrap_or_default();
-        (self.config.playlists.iter().enumerate())
-            .filter(|(index, spec)| {
-                let was_in = members
-                    .get(*index)
-                    .is_some_and(|m| changed.iter().any(|id| m.contains(id)));
-                was_in || bundles.iter().any(|b| spec.query.matches(&QueryTrack::of(b)))
-            })
-            .map(|(index, _)| index)
             .collect()
     }
 

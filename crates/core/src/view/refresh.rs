@@ -15,8 +15,8 @@ enum Pending {
     /// position.
     Rebuild(Box<Tree>, usize, i64),
     /// These tracks changed (None: removed), up to this log position; with
-    /// the live searches each now matches.
-    Tracks(Vec<(i64, Vec<Placement>)>, Vec<(i64, Vec<u64>)>, i64),
+    /// the live searches each now matches, and the playlists any matches.
+    Tracks(Vec<(i64, Vec<Placement>)>, Vec<(i64, Vec<u64>)>, Vec<usize>, i64),
     /// A newer retagfs migrated the store to this schema version, which
     /// this one cannot read: the view stays as it is.
     NewerSchema(i64),
@@ -35,6 +35,9 @@ pub struct Refresh {
     pub rebuilt: bool,
     /// The tracks re-rendered, unless the tree was rebuilt.
     pub changed: Vec<i64>,
+    /// The playlists (by place in the configuration) one of them matches
+    /// now.
+    pub playlists_matched: Vec<usize>,
     /// What the kernel must forget.
     pub invalidations: Invalidations,
 }
@@ -75,17 +78,21 @@ impl View {
                         }
                         let mut changed = Vec::new();
                         let mut matched = Vec::new();
+                        let mut playlists = Vec::new();
                         for id in ids {
                             let bundle = s.track_bundle(id)?;
                             if !searches.is_empty() {
                                 matched.push((id, matching_searches(bundle.as_ref(), &searches)));
+                            }
+                            if let Some(b) = &bundle {
+                                self.note_matching_playlists(b, &mut playlists);
                             }
                             changed.push((
                                 id,
                                 bundle.map_or_else(Vec::new, |b| placements_of(&self.config, &b)),
                             ));
                         }
-                        Ok(Pending::Tracks(changed, matched, last))
+                        Ok(Pending::Tracks(changed, matched, playlists, last))
                     })
                     .map_err(|e| io::Error::other(e.to_string()))
             })
@@ -103,10 +110,11 @@ impl View {
                 out = self.replace_tree(*new, tracks);
                 *seen = last;
             }
-            Pending::Tracks(changed, matched, last) => {
+            Pending::Tracks(changed, matched, playlists, last) => {
                 let mut tree = self.tree.write();
                 out.tracks = changed.len();
                 out.changed = changed.iter().map(|(id, _)| *id).collect();
+                out.playlists_matched = playlists;
                 for (id, placements) in &changed {
                     tree.replace(file_ino(*id), placements.to_vec(), &mut out.invalidations);
                 }
@@ -180,8 +188,8 @@ impl View {
         Refresh {
             tracks,
             rebuilt: true,
-            changed: Vec::new(),
             invalidations,
+            ..Refresh::default()
         }
     }
 }

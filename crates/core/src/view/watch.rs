@@ -208,7 +208,7 @@ fn refresh(lib: &View, on_refresh: &dyn Fn(&Refresh)) {
                 },
                 took.as_secs_f64() * 1000.0
             );
-            remake_playlists(lib, &r.changed, r.rebuilt, on_refresh);
+            remake_playlists(lib, &r, on_refresh);
         }
         Ok(_) => {}
         Err(e) => tracing::error!("refresh failed: {e:#}"),
@@ -219,8 +219,8 @@ fn refresh(lib: &View, on_refresh: &dyn Fn(&Refresh)) {
 /// Makes again the playlists a refresh touched, after its tracks are
 /// served (a playlist runs its query, which a retag need not wait for),
 /// and tells the kernel which changed.
-fn remake_playlists(lib: &View, changed: &[i64], rebuilt: bool, on_refresh: &dyn Fn(&Refresh)) {
-    let inodes = lib.remake_playlists(changed, rebuilt);
+fn remake_playlists(lib: &View, refresh: &Refresh, on_refresh: &dyn Fn(&Refresh)) {
+    let inodes = lib.remake_playlists(refresh);
     if !inodes.is_empty() {
         on_refresh(&Refresh {
             invalidations: Invalidations {
@@ -369,7 +369,7 @@ impl StoreFile {
                     took.as_secs_f64() * 1000.0
                 );
                 *self = StoreFile::at(db, id);
-                remake_playlists(lib, &[], true, on_refresh);
+                remake_playlists(lib, &r, on_refresh);
                 lib.note_metrics();
                 true
             }
