@@ -5,9 +5,12 @@
 use crate::args::BackupArgs;
 
 pub fn run(a: BackupArgs) -> anyhow::Result<()> {
-    let store = crate::open_existing(&a.db)?;
+    // Read-only, as the copy is opened after: a backup never migrates the
+    // store it keeps (one taken before an upgrade must stay as it was).
+    crate::check_exists(&a.db)?;
+    let store = retagfs_store::Store::open_read_only(&a.db)?;
     store.back_up_to(&a.file)?;
-    let copy = retagfs_store::Store::open(&a.file)?;
+    let copy = retagfs_store::Store::open_read_only(&a.file)?;
     let size = std::fs::metadata(&a.file)?.len();
     eprintln!(
         "retagfs: backed up {} ({} tracks, {:.1} MiB) to {}",

@@ -85,6 +85,12 @@ impl std::error::Error for UsageError {}
 
 /// Opens a store that must already exist (every command but `scan`).
 pub fn open_existing(db: &Path) -> anyhow::Result<Store> {
+    check_exists(db)?;
+    Ok(Store::open(db)?)
+}
+
+/// Fails, saying to scan first, when there is no store at `db`.
+pub fn check_exists(db: &Path) -> anyhow::Result<()> {
     if !db.exists() {
         bail!(
             "no store at {}: create it with `retagfs scan <MUSIC_DIR> --db {}`",
@@ -92,7 +98,7 @@ pub fn open_existing(db: &Path) -> anyhow::Result<Store> {
             db.display()
         );
     }
-    Ok(Store::open(db)?)
+    Ok(())
 }
 
 /// Fails, saying to scan first, when the store at `db` holds no track

@@ -9,22 +9,25 @@ use retagfs_store::ScanLock;
 use crate::args::VacuumArgs;
 
 pub fn run(a: VacuumArgs) -> anyhow::Result<()> {
-    let store = crate::open_existing(&a.db)?;
-    let patience = Duration::from_secs(a.wait);
-    if ScanLock::held(&a.db).unwrap_or(false) {
+    crate::check_exists(&a.db)?;
+    // The lock first: a scan may replace the file it would open.
+    let mut scan_lock = ScanLock::acquire_within(&a.db, Duration::ZERO)?;
+    if scan_lock.is_none() {
         eprintln!(
             "retagfs: a scan of {} is running: waiting up to {}s for it to end",
             a.db.display(),
             a.wait
         );
+        scan_lock = ScanLock::acquire_within(&a.db, Duration::from_secs(a.wait))?;
     }
-    let Some(_scan_lock) = ScanLock::acquire_within(&a.db, patience)? else {
+    let Some(_scan_lock) = scan_lock else {
         bail!(
             "a scan of {} is still running after {}s: run `retagfs vacuum` again when it ends, or give --wait SECONDS",
             a.db.display(),
             a.wait
         );
     };
+    let store = crate::open_existing(&a.db)?;
     let started = Instant::now();
     let compacted = store.vacuum()?;
     let seconds = started.elapsed().as_secs_f64();

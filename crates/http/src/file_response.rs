@@ -272,8 +272,11 @@ fn stream(view: Arc<View>, file: Arc<OpenFile>, parts: Vec<Part>) -> crate::rout
                 let mut buf = vec![0u8; want];
                 let sent = match view.read_into(&file, at, &mut buf) {
                     Ok(n) if n == want => {
-                        retagfs_metrics::count(|m| m.http_sent_bytes.inc_by(n as u64));
-                        tx.blocking_send(Ok(Frame::data(Bytes::from(buf))))
+                        let sent = tx.blocking_send(Ok(Frame::data(Bytes::from(buf))));
+                        if sent.is_ok() {
+                            retagfs_metrics::count(|m| m.http_sent_bytes.inc_by(n as u64));
+                        }
+                        sent
                     }
                     Ok(n) => {
                         let why = format!("read {n} of {want} bytes at {at}");

@@ -1,6 +1,6 @@
 //! The names of the errnos a view answers, for labels people can read.
 
-/// `ENOENT` for 2, and so on; `E<number>` for one not named here.
+/// `ENOENT` for 2, and so on; `other` for one not named here.
 pub fn errno_name(errno: i32) -> &'static str {
     match errno {
         libc::EPERM => "EPERM",

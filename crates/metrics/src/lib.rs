@@ -9,7 +9,7 @@
 //! looks a label up.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -42,12 +42,17 @@ pub const FUSE_REQUEST_KINDS: [&str; 11] = [
 ];
 
 type OneLabel = [(&'static str, &'static str); 1];
+
+/// Errnos kept by number (Linux's are below 134).
+const ERRNOS: usize = 134;
 type HttpLabels = [(&'static str, String); 2];
 
 /// Every metric of the process.
 pub struct Metrics {
     fuse_requests: Vec<Counter>,
     fuse_errors: Family<OneLabel, Counter>,
+    /// `fuse_errors`' counters by errno, each made at its first error.
+    fuse_error_counters: Vec<OnceLock<Counter>>,
     /// Bytes of served files answered to the kernel's reads.
     pub fuse_read_bytes: Counter,
     /// Files open through the mount now.
@@ -78,20 +83,41 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Counts a FUSE request of kind `FUSE_REQUEST_KINDS[kind]`.
+    /// Counts a FUSE request of kind `FUSE_REQUEST_KINDS[kind]` (`other`
+    /// past the list).
     pub fn fuse_request(&self, kind: usize) {
         self.fuse_requests[kind.min(FUSE_REQUEST_KINDS.len() - 1)].inc();
     }
 
-    /// Counts a FUSE request answered with `errno`.
+    /// Counts a FUSE request answered with `errno`: its counter is looked
+    /// up by name once, then kept by number (a lookup that finds nothing
+    /// answers ENOENT, and they come by the thousand).
     pub fn fuse_error(&self, errno: i32) {
-        self.fuse_errors
-            .get_or_create(&[("errno", errno_name(errno))])
-            .inc();
+        let counter = || {
+            self.fuse_errors
+                .get_or_create(&[("errno", errno_name(errno))])
+                .clone()
+        };
+        match usize::try_from(errno)
+            .ok()
+            .and_then(|n| self.fuse_error_counters.get(n))
+        {
+            Some(kept) => kept.get_or_init(counter).inc(),
+            None => counter().inc(),
+        };
     }
 
-    /// Counts an HTTP request answered with `status` after `took`.
+    /// Counts an HTTP request answered with `status` after `took`. Methods
+    /// the server does not answer are `other`: a client cannot make the
+    /// metrics grow by making methods up.
     pub fn http_request(&self, method: &str, status: u16, took: Duration) {
+        let method = match method {
+            "GET" => "GET",
+            "HEAD" => "HEAD",
+            "PROPFIND" => "PROPFIND",
+            "OPTIONS" => "OPTIONS",
+            _ => "other",
+        };
         self.http_requests
             .get_or_create(&[("method", method.to_string()), ("status", status.to_string())])
             .inc();
@@ -119,6 +145,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     let metrics = Metrics {
         fuse_requests,
         fuse_errors,
+        fuse_error_counters: (0..ERRNOS).map(|_| OnceLock::new()).collect(),
         fuse_read_bytes: Counter::default(),
         open_files: Gauge::default(),
         open_cache_hits: Counter::default(),

@@ -175,7 +175,9 @@ impl Inner {
             }
         }
         if let Some(bytes) = blocks.get(block) {
-            retagfs_metrics::count(|m| m.read_ahead_hits.inc());
+            if forward {
+                retagfs_metrics::count(|m| m.read_ahead_hits.inc());
+            }
             if streaming {
                 self.read_ahead(&mut blocks, block);
             }

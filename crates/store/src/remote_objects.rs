@@ -15,7 +15,8 @@ pub struct RemoteTrack {
     pub backing_path: String,
     pub size: u64,
     pub mtime_ns: i64,
-    /// None for a row another tool wrote without one: probed again.
+    /// None for a row another tool wrote without one, or not probed since
+    /// version 13 (no duration): probed again.
     pub etag: Option<String>,
 }
 
@@ -29,7 +30,8 @@ impl Store {
             return Ok(Vec::new());
         }
         let mut stmt = self.conn().prepare_cached(
-            "SELECT t.id, t.backing_path, t.file_size, t.mtime_ns, o.etag
+            "SELECT t.id, t.backing_path, t.file_size, t.mtime_ns,
+                    CASE WHEN t.duration_ms IS NULL THEN NULL ELSE o.etag END
                FROM tracks t LEFT JOIN remote_objects o ON o.track_id = t.id
               WHERE t.backing_path >= ?1 AND t.backing_path < ?2
               ORDER BY t.backing_path",
