@@ -162,15 +162,9 @@ impl Server {
                     time_of(f.mtime_ns),
                 )
             },
-            Entry::Cover(cover) => self.attr_of(
-                ino,
-                FileType::RegularFile,
-                u64::from(cover.art.len),
-                self.ownership.file_mode,
-                time_of(cover.mtime_ns),
-            ),
-            Entry::Playlist(index) => {
-                let served = self.lib.playlist_file(*index);
+            // A cover or a playlist: what clients see of it.
+            other => {
+                let served = self.lib.served_file_of(other);
                 let (size, mtime) = served.map_or((0, self.mounted_at), |s| (s.size, time_of(s.mtime_ns)));
                 self.attr_of(ino, FileType::RegularFile, size, self.ownership.file_mode, mtime)
             }

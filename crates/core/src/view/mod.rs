@@ -104,18 +104,41 @@ pub enum ReadAheadMode {
     Never,
 }
 
+/// The row of a file that serves no track's bytes (a cover, a playlist).
+fn no_track() -> TrackRow {
+    TrackRow {
+        id: 0,
+        backing_path: String::new(),
+        format: retagfs_store::Format::Flac,
+        audio_offset: 0,
+        audio_length: 0,
+        stamps: retagfs_store::Stamps {
+            size: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+        },
+        content_version: 0,
+        passthrough: None,
+        changed_at: 0,
+        vendor: None,
+        remote_etag: None,
+        added_at: 0,
+        duration_ms: None,
+    }
+}
+
 impl OpenFile {
     /// A file whose every byte comes from the store (a cover, a playlist),
     /// standing for `track`.
     fn from_store(
         track: TrackRow,
-        layout: Layout,
+        layout: Arc<Layout>,
         served: served_file::ServedFile,
         store_generation: u64,
     ) -> OpenFile {
         OpenFile {
             track,
-            layout: Arc::new(layout),
+            layout,
             served,
             backing: BackingFile::Store,
             read_ahead: None,
@@ -225,6 +248,7 @@ impl View {
                 );
             }
         }
+        let playlists = playlists::Playlists::new(config.playlists.len());
         let view = View {
             config,
             tree: RwLock::new(tree),
@@ -237,7 +261,7 @@ impl View {
             read_ahead: Mutex::default(),
             newer_schema_noted: Mutex::default(),
             searches: Searches::new(true),
-            playlists: Default::default(),
+            playlists,
         };
         view.make_playlists(playlist_tracks.unwrap_or_default());
         view.note_metrics();
@@ -309,21 +333,20 @@ impl View {
         use crate::view::tree::Entry;
         enum Opening {
             Track(FileEntry),
-            Cover,
+            Cover(crate::view::tree::FolderCover),
             Playlist(usize),
         }
-        // What the node is, with the tree's lock let go before opening it
-        // (a cover's open reads the tree again).
+        // What the node is, with the tree's lock let go before opening it.
         let opening = match self.tree().get(ino).map(|n| &n.entry) {
             Some(Entry::File(f)) => Opening::Track(f.clone()),
-            Some(Entry::Cover(_)) => Opening::Cover,
+            Some(Entry::Cover(cover)) => Opening::Cover(*cover),
             Some(Entry::Playlist(index)) => Opening::Playlist(*index),
             Some(Entry::Dir { .. }) => return Err(io::Error::from_raw_os_error(libc::EISDIR)),
             None => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
         };
         let entry = match opening {
             Opening::Track(file) => file,
-            Opening::Cover => return self.open_cover(ino, store_generation),
+            Opening::Cover(cover) => return Ok(self.open_cover(&cover, store_generation)),
             Opening::Playlist(index) => return self.open_playlist(index, store_generation),
         };
         let (track, backing, layout) = self.open_resolved(entry.track_id, entry.content_version, Log::Yes)?;

@@ -51,29 +51,53 @@ impl SortKey {
 
 /// The playlists of a view: their bytes as made last, and which tracks
 /// they hold.
-#[derive(Default)]
 pub(super) struct Playlists {
     made: Mutex<Vec<MadePlaylist>>,
 }
 
-#[derive(Clone)]
+impl Playlists {
+    /// `count` playlists, empty until made (one whose query fails stays
+    /// so: a file, never a folder).
+    pub(super) fn new(count: usize) -> Playlists {
+        Playlists {
+            made: Mutex::new(
+                (0..count)
+                    .map(|_| MadePlaylist::of_bytes(b"#EXTM3U\n".to_vec()))
+                    .collect(),
+            ),
+        }
+    }
+}
+
 struct MadePlaylist {
-    bytes: Arc<Vec<u8>>,
+    /// Its bytes, as every open serves them.
+    layout: Arc<Layout>,
     members: HashSet<i64>,
-    /// Bumped each time the bytes change: the version clients see.
+    /// A hash of the bytes: the version clients see, the same for the same
+    /// bytes whenever and wherever they were made (an entity tag a client
+    /// keeps across remounts names these bytes only).
     version: i64,
     changed: SystemTime,
 }
 
-impl Default for MadePlaylist {
-    fn default() -> Self {
+impl MadePlaylist {
+    fn of_bytes(bytes: Vec<u8>) -> MadePlaylist {
+        let mut layout = Layout::default();
+        layout.push_bytes(&bytes);
         MadePlaylist {
-            bytes: Arc::new(b"#EXTM3U\n".to_vec()),
+            layout: Arc::new(layout),
             members: HashSet::new(),
-            version: 1,
+            version: version_of(&bytes),
             changed: SystemTime::now(),
         }
     }
+}
+
+/// The version of a playlist's bytes: 63 bits of their sha256.
+fn version_of(bytes: &[u8]) -> i64 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(bytes);
+    (u64::from_le_bytes(digest[..8].try_into().expect("8 bytes")) >> 1) as i64
 }
 
 /// One entry of a playlist, before it is sorted and written.
@@ -175,17 +199,18 @@ impl View {
             }
         };
         let mut made = self.playlists.made.lock();
-        if made.len() < self.config.playlists.len() {
-            made.resize(self.config.playlists.len(), MadePlaylist::default());
-        }
-        let slot = &mut made[index];
+        let Some(slot) = made.get_mut(index) else {
+            return false;
+        };
         slot.members = members;
-        if *slot.bytes == bytes {
+        if slot.version == version_of(&bytes) {
             return false;
         }
-        slot.bytes = Arc::new(bytes);
-        slot.version += 1;
-        slot.changed = SystemTime::now();
+        let members = std::mem::take(&mut slot.members);
+        *slot = MadePlaylist {
+            members,
+            ..MadePlaylist::of_bytes(bytes)
+        };
         true
     }
 
@@ -212,15 +237,13 @@ impl View {
 
     /// Opens playlist node `ino`: the bytes made last.
     pub(super) fn open_playlist(&self, index: usize, store_generation: u64) -> io::Result<OpenFile> {
-        let (bytes, served) = {
+        let (layout, served) = {
             let made = self.playlists.made.lock();
             let made = made
                 .get(index)
                 .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
-            (made.bytes.clone(), served_playlist(index, made))
+            (made.layout.clone(), served_playlist(index, made))
         };
-        let mut layout = Layout::default();
-        layout.push_bytes(&bytes);
         Ok(OpenFile::from_store(no_track(), layout, served, store_generation))
     }
 }
@@ -229,7 +252,7 @@ impl View {
 /// negative (no track's), its version that of its bytes.
 fn served_playlist(index: usize, made: &MadePlaylist) -> ServedFile {
     ServedFile {
-        size: made.bytes.len() as u64,
+        size: made.layout.len(),
         mtime_ns: time_ns(made.changed),
         id: -(index as i64) - 1,
         version: made.version,
@@ -257,29 +280,6 @@ pub(super) fn tracks_of_every_playlist(db: &Path, specs: &[PlaylistSpec]) -> Vec
             let why = format!("{e:#}");
             specs.iter().map(|_| Err(anyhow::anyhow!("{why}"))).collect()
         }
-    }
-}
-
-/// An open file serves no track's bytes: a playlist's row stands for none.
-fn no_track() -> TrackRow {
-    TrackRow {
-        id: 0,
-        backing_path: String::new(),
-        format: retagfs_store::Format::Flac,
-        audio_offset: 0,
-        audio_length: 0,
-        stamps: retagfs_store::Stamps {
-            size: 0,
-            mtime_ns: 0,
-            ctime_ns: 0,
-        },
-        content_version: 0,
-        passthrough: None,
-        changed_at: 0,
-        vendor: None,
-        remote_etag: None,
-        added_at: 0,
-        duration_ms: None,
     }
 }
 

@@ -115,8 +115,8 @@ impl View {
                 out.tracks = changed.len();
                 out.changed = changed.iter().map(|(id, _)| *id).collect();
                 out.playlists_matched = playlists;
-                for (id, placements) in &changed {
-                    tree.replace(file_ino(*id), placements.to_vec(), &mut out.invalidations);
+                for (id, placements) in changed {
+                    tree.replace(file_ino(id), placements, &mut out.invalidations);
                 }
                 tree.note_listing_changes(&out.invalidations, None);
                 self.searches
@@ -124,7 +124,7 @@ impl View {
                 // After the tree: an open that read the store before this
                 // refresh and caches the old row is then caught by the
                 // tree's newer version.
-                self.opened.evict(changed.iter().map(|(id, _)| *id));
+                self.opened.evict(out.changed.iter().copied());
                 *seen = last;
             }
         }

@@ -128,7 +128,7 @@ pub(super) fn load_tree_noting(
                     let mut valued = 0;
                     let placements = batch
                         .iter()
-                        .map(|b| {
+                        .flat_map(|b| {
                             let fields = TrackFields::new(&b.track, &b.tags);
                             if !noting {
                                 return placements(config, b, &fields);
@@ -138,8 +138,7 @@ pub(super) fn load_tree_noting(
                             valued |= fields.valued.get();
                             p
                         })
-                        .collect::<Vec<Vec<Placement>>>()
-                        .concat();
+                        .collect::<Vec<Placement>>();
                     if placed.send((n, placements, valued)).is_err() {
                         return;
                     }

@@ -15,7 +15,7 @@ use retagfs_store::Format;
 use sha2::{Digest, Sha256};
 
 mod covers;
-pub use covers::{CoverArt, FolderCover, MOST_FILES_OF_A_COVERED_FOLDER};
+pub use covers::{CoverArt, FolderCover};
 
 pub const ROOT_INO: u64 = 1;
 /// File inodes are `FILE_INO_BASE + track id`.

@@ -40,14 +40,6 @@ impl CoverArt {
         })
     }
 
-    pub fn extension(&self) -> &'static str {
-        if self.png {
-            "png"
-        } else {
-            "jpg"
-        }
-    }
-
     pub fn content_type(&self) -> &'static str {
         if self.png {
             "image/png"
@@ -68,7 +60,7 @@ pub struct FolderCover {
 /// Folders of more files than this get no cover: they are not an album
 /// (a flat view of every track), and choosing one would cost a pass over
 /// all of them at every change.
-pub const MOST_FILES_OF_A_COVERED_FOLDER: usize = 500;
+const MOST_FILES_OF_A_COVERED_FOLDER: usize = 500;
 
 impl Tree {
     /// Folders get covers named `base.jpg` or `base.png` from now on.
@@ -113,6 +105,14 @@ impl Tree {
         let current = self.cover_of(dir);
         if let Some((ino, name, cover)) = &current {
             if wanted == Some(*cover) {
+                return;
+            }
+            // The same picture, newer: the node stays, its attributes move.
+            if let Some(newer) = wanted.filter(|w| w.art == cover.art) {
+                if let Some(node) = self.nodes.get_mut(ino) {
+                    node.entry = Entry::Cover(newer);
+                }
+                out.inodes.push(*ino);
                 return;
             }
             if let Some(Entry::Dir { children }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
