@@ -41,8 +41,12 @@ class Scraper:
         self.thread.start()
 
     def stop(self):
+        """Stops; a scraper that scraped nothing (its first GET failed)
+        would make the rows measure nothing: that ends the run."""
         self.stop_event.set()
         self.thread.join()
+        if self.scrapes == 0:
+            raise SystemExit("metrics: the endpoint was never scraped")
 
 
 def drop_page_cache(path):

@@ -148,8 +148,6 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
     let ownership = ownership(&a)?;
     if !a.dry_run {
         check_mountpoint(&a.mountpoint)?;
-    }
-    if !a.dry_run {
         a.metrics.start()?;
     }
     let lib = Arc::new(View::load(&a.db, config)?);
