@@ -34,14 +34,19 @@ fn path_hash(path: &str) -> u64 {
     h.finish()
 }
 
-/// A rendered path as sanitized directory components and a file stem.
-/// The stem is what follows the last `/`, empty if nothing usable (the
-/// file is then named after its track): a file whose title is missing
-/// stays in its album's folder, not named after it one level up.
-fn split_path(path: &str) -> (Vec<String>, String) {
-    let (dirs, name) = path.rsplit_once('/').unwrap_or(("", path));
-    let comps = dirs.split('/').filter_map(sanitize_component).collect();
-    (comps, sanitize_component(name).unwrap_or_default())
+/// A rendered path as its folder's path (unsanitized) and the file's
+/// sanitized stem. The stem is what follows the last `/`, empty if
+/// nothing usable (the file is then named after its track): a file whose
+/// title is missing stays in its album's folder, not named after it one
+/// level up.
+fn split_path(path: &str) -> (&str, String) {
+    let (folder, name) = path.rsplit_once('/').unwrap_or(("", path));
+    (folder, sanitize_component(name).unwrap_or_default())
+}
+
+/// A rendered folder path as sanitized directory components.
+fn folder_components(folder: &str) -> Vec<String> {
+    folder.split('/').filter_map(sanitize_component).collect()
 }
 
 /// Longest file name Linux file systems accept, in bytes.
@@ -247,17 +252,17 @@ pub struct Tree {
 #[derive(Default)]
 pub struct TreeBuilder {
     tree: Tree,
-    /// (directory, stem, attributes) of every file, in track id order.
-    files: Vec<(u64, String, FileEntry)>,
-    /// The last files' directory components and inodes, the latest last:
-    /// tracks of one album are mostly neighbours, so their directory is
-    /// looked up once (once per view's folder, when tracks have several).
-    last_dirs: Vec<(Vec<String>, u64)>,
+    /// (directory, stem, attributes) of every file, in track id order, in
+    /// chunks: one array of them all would be copied whole as it grows.
+    files: Vec<Vec<(u64, String, FileEntry)>>,
+    /// The directory of each rendered folder path met so far: the tracks
+    /// of a folder find it with one look-up, each place of a track placed
+    /// several times too.
+    dirs: HashMap<String, u64>,
 }
 
-/// Directories [`TreeBuilder`] remembers: more than the places a track
-/// mostly has.
-const LAST_DIRS: usize = 16;
+/// Files in each chunk of [`TreeBuilder::files`].
+const FILES_CHUNK: usize = 1 << 14;
 
 impl TreeBuilder {
     /// Folders of the tree built get covers named `base.jpg` or `base.png`
@@ -272,25 +277,28 @@ impl TreeBuilder {
         if !servable(&p) {
             return;
         }
-        let (comps, stem) = split_path(&p.path);
+        let (folder, stem) = split_path(&p.path);
         self.tree.note_rendered(file_ino(p.file.track_id), &p.path);
-        let known = self.last_dirs.iter().rev().find(|(prev, _)| *prev == comps);
-        let dir = match known {
-            Some((_, dir)) => *dir,
+        let dir = match self.dirs.get(folder) {
+            Some(dir) => *dir,
             None => {
-                let dir = self.tree.ensure_dirs(&comps, &mut Vec::new());
-                if self.last_dirs.len() == LAST_DIRS {
-                    self.last_dirs.remove(0);
-                }
-                self.last_dirs.push((comps, dir));
+                let dir = self.tree.ensure_dirs(&folder_components(folder), &mut Vec::new());
+                self.dirs.insert(folder.to_string(), dir);
                 dir
             }
         };
-        self.files.push((dir, stem, p.file));
+        match self.files.last_mut() {
+            Some(chunk) if chunk.len() < FILES_CHUNK => chunk.push((dir, stem, p.file)),
+            _ => {
+                let mut chunk = Vec::with_capacity(FILES_CHUNK);
+                chunk.push((dir, stem, p.file));
+                self.files.push(chunk);
+            }
+        }
     }
 
     pub fn finish(mut self) -> Tree {
-        for (dir, stem, file) in self.files {
+        for (dir, stem, file) in self.files.into_iter().flatten() {
             self.tree.insert_file(dir, &stem, file);
         }
         self.tree.sync_all_covers();
@@ -546,11 +554,11 @@ impl Tree {
         if !servable(&p) {
             return Vec::new();
         }
-        let (comps, stem) = split_path(&p.path);
+        let (folder, stem) = split_path(&p.path);
         let ino = file_ino(p.file.track_id);
         self.note_rendered(ino, &p.path);
         let mut added = Vec::new();
-        let dir = self.ensure_dirs(&comps, &mut added);
+        let dir = self.ensure_dirs(&folder_components(folder), &mut added);
         let places_before = self.link_count(ino);
         self.insert_file(dir, &stem, p.file);
         if self.link_count(ino) > places_before {
@@ -818,7 +826,7 @@ impl Tree {
             self.next_suffix.entry(dir).or_default().insert(base, n);
         }
         if self.nodes.contains_key(&ino) {
-            let name: Arc<str> = name.into();
+            let name = self.shared_name(ino, name);
             if let Some(Entry::Dir { children }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
                 children.insert(name.clone(), ino);
             }
@@ -827,6 +835,18 @@ impl Tree {
         }
         self.add_child(dir, name, ino, Entry::File(file));
         ino
+    }
+
+    /// `name` as a name of file `ino`, sharing the copy one of its other
+    /// places holds if it has this name too (views mostly name a track
+    /// alike in each folder it is in).
+    fn shared_name(&self, ino: u64, name: String) -> Arc<str> {
+        let first = self.nodes.get(&ino).map(|n| &n.name);
+        let others = self.links.get(&ino).into_iter().flatten().map(|(_, name)| name);
+        match first.into_iter().chain(others).find(|held| ***held == *name) {
+            Some(held) => held.clone(),
+            None => name.into(),
+        }
     }
 
     /// Drops the suffix count of a name that left `dir`: the next file of
