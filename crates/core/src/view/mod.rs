@@ -23,7 +23,7 @@ pub(crate) use connection_pool::{file_id, FileId};
 use open_cache::OpenCache;
 pub use refresh::Refresh;
 pub use render::{load_tree, Mode, TrackFields, ViewConfig};
-use render::{load_tree_noting, references_never_valued};
+use render::{load_view, references_never_valued};
 
 use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -216,19 +216,18 @@ impl View {
         // default template names fields many libraries lack in places.)
         let check_fields = config.template.source() != DEFAULT_TEMPLATE;
         let mut valued = 0;
-        // The playlists' queries run beside the tree's build.
-        let (loaded, playlist_tracks) = std::thread::scope(|scope| {
-            let playlist_tracks = (!config.playlists.is_empty())
-                .then(|| scope.spawn(|| playlists::tracks_of_every_playlist(db, &config.playlists)));
-            let loaded = store.read_snapshot(|s| {
-                let noting = check_fields.then_some(&mut valued);
-                Ok((load_tree_noting(s, &config, noting)?, s.last_change_seq()?))
-            });
-            let playlist_tracks =
-                playlist_tracks.map(|t| t.join().expect("finding playlists' tracks panicked"));
-            (loaded, playlist_tracks)
+        let loaded = store.read_snapshot(|s| {
+            let noting = check_fields.then_some(&mut valued);
+            Ok((load_view(s, &config, noting, true)?, s.last_change_seq()?))
         });
-        let ((tree, tracks), seq) = loaded.context("reading the store")?;
+        let (
+            render::Loaded {
+                tree,
+                tracks,
+                playlist_tracks,
+            },
+            seq,
+        ) = loaded.context("reading the store")?;
         tracing::info!(
             "loaded {tracks} tracks and built the tree in {:.1} ms",
             started.elapsed().as_secs_f64() * 1000.0
@@ -263,7 +262,7 @@ impl View {
             searches: Searches::new(true),
             playlists,
         };
-        view.make_playlists(playlist_tracks.unwrap_or_default());
+        view.make_playlists(playlist_tracks);
         view.note_metrics();
         Ok(view)
     }
@@ -894,7 +893,7 @@ mod tests {
             let config = view_of(template, Mode::Synthesis);
             let mut valued = 0;
             store
-                .read_snapshot(|s| load_tree_noting(s, &config, Some(&mut valued)))
+                .read_snapshot(|s| load_view(s, &config, Some(&mut valued), false))
                 .unwrap();
             references_never_valued(&config.template, valued)
         };

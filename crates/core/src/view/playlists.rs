@@ -115,10 +115,10 @@ impl View {
     }
 
     /// Makes every playlist's bytes when the view loads, from their
-    /// tracks found meanwhile ([`tracks_of_every_playlist`]).
-    pub(super) fn make_playlists(&self, found: Vec<anyhow::Result<Vec<Found>>>) {
+    /// tracks found as the tree was built ([`super::render::load_view`]).
+    pub(super) fn make_playlists(&self, found: Vec<Vec<Found>>) {
         for (index, found) in found.into_iter().enumerate() {
-            self.keep_made(index, found);
+            self.keep_made(index, Ok(found));
         }
     }
 
@@ -269,18 +269,6 @@ fn tracks_of(spec: &PlaylistSpec, store: &Store) -> anyhow::Result<Vec<Found>> {
     let mut found = Vec::new();
     store.read_snapshot(|s| spec.query.for_each_match(s, |b| found.push((b.track, b.tags))))?;
     Ok(found)
-}
-
-/// The tracks of every playlist, read through a connection of their own
-/// to the store at `db`: run beside the tree's build when a view loads.
-pub(super) fn tracks_of_every_playlist(db: &Path, specs: &[PlaylistSpec]) -> Vec<anyhow::Result<Vec<Found>>> {
-    match Store::open_read_only(db) {
-        Ok(store) => specs.iter().map(|spec| tracks_of(spec, &store)).collect(),
-        Err(e) => {
-            let why = format!("{e:#}");
-            specs.iter().map(|_| Err(anyhow::anyhow!("{why}"))).collect()
-        }
-    }
 }
 
 fn time_ns(t: SystemTime) -> i64 {

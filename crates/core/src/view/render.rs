@@ -2,6 +2,7 @@
 //! template, and the size of its served file.
 
 use super::*;
+use crate::view::playlists::Found;
 use crate::view::tree::CoverArt;
 
 /// How files are served.
@@ -105,41 +106,74 @@ pub(super) const RENDER_BATCH: usize = 256;
 /// grows the tree batch by batch in track id order. Returns the tree and
 /// the number of tracks.
 pub fn load_tree(store: &Store, config: &ViewConfig) -> retagfs_store::Result<(Tree, usize)> {
-    load_tree_noting(store, config, None)
+    let loaded = load_view(store, config, None, false)?;
+    Ok((loaded.tree, loaded.tracks))
 }
 
+/// What [`load_view`] read.
+pub(super) struct Loaded {
+    pub tree: Tree,
+    pub tracks: usize,
+    /// The tracks each playlist's query matches, in the configuration's
+    /// order (when they were asked for).
+    pub playlist_tracks: Vec<Vec<Found>>,
+}
+
+/// A batch of tracks rendered: its number, its placements, the fields
+/// that had a value, and the tracks playlists match (by the playlist's
+/// place in the configuration).
+type Rendered = (usize, Vec<Placement>, u64, Vec<(usize, Found)>);
+
 /// [`load_tree`], noting in `valued`, if given, which of the template's
-/// fields ([`Template::fields`], the first 64) had a value in some track.
-pub(super) fn load_tree_noting(
+/// fields ([`Template::fields`], the first 64) had a value in some track,
+/// and finding each playlist's tracks in the same pass if `find_playlists`
+/// (the queries tested on the tracks read, not run again on the store).
+pub(super) fn load_view(
     store: &Store,
     config: &ViewConfig,
     valued: Option<&mut u64>,
-) -> retagfs_store::Result<(Tree, usize)> {
+    find_playlists: bool,
+) -> retagfs_store::Result<Loaded> {
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (batches_tx, batches_rx) = crossbeam_channel::bounded::<(usize, Vec<TrackBundle>)>(workers * 2);
-    let (placed_tx, placed_rx) = crossbeam_channel::unbounded::<(usize, Vec<Placement>, u64)>();
+    let (placed_tx, placed_rx) = crossbeam_channel::unbounded::<Rendered>();
     let names = config.template.fields();
     let noting = valued.is_some();
+    let playlists = if find_playlists {
+        config.playlists.as_slice()
+    } else {
+        &[]
+    };
     std::thread::scope(|s| {
         for _ in 0..workers {
             let (batches, placed, names) = (batches_rx.clone(), placed_tx.clone(), &names);
             s.spawn(move || {
                 for (n, batch) in batches {
                     let mut valued = 0;
-                    let placements = batch
-                        .iter()
-                        .flat_map(|b| {
-                            let fields = TrackFields::new(&b.track, &b.tags);
-                            if !noting {
-                                return placements(config, b, &fields);
-                            }
+                    let mut placed_batch = Vec::with_capacity(batch.len());
+                    let mut found = Vec::new();
+                    for b in batch {
+                        let fields = TrackFields::new(&b.track, &b.tags);
+                        if noting {
                             let fields = NotingFields::new(fields, names);
-                            let p = placements(config, b, &fields);
+                            placed_batch.extend(placements(config, &b, &fields));
                             valued |= fields.valued.get();
-                            p
-                        })
-                        .collect::<Vec<Placement>>();
-                    if placed.send((n, placements, valued)).is_err() {
+                        } else {
+                            placed_batch.extend(placements(config, &b, &fields));
+                        }
+                        let track = QueryTrack::of(&b);
+                        let matched: Vec<usize> = (playlists.iter().enumerate())
+                            .filter(|(_, spec)| spec.query.matches(&track))
+                            .map(|(index, _)| index)
+                            .collect();
+                        if let Some((&last, others)) = matched.split_last() {
+                            for &index in others {
+                                found.push((index, (b.track.clone(), b.tags.clone())));
+                            }
+                            found.push((last, (b.track, b.tags)));
+                        }
+                    }
+                    if placed.send((n, placed_batch, valued, found)).is_err() {
                         return;
                     }
                 }
@@ -149,18 +183,22 @@ pub(super) fn load_tree_noting(
         let builder = s.spawn(move || {
             let mut tree = TreeBuilder::default().with_covers(config.cover_name.clone());
             let mut valued = 0;
+            let mut playlist_tracks: Vec<Vec<Found>> = playlists.iter().map(|_| Vec::new()).collect();
             // Batches rendered ahead of one still being rendered wait here.
             let mut early = BTreeMap::new();
             let mut next = 0;
-            for (n, placements, batch_valued) in placed_rx {
+            for (n, placements, batch_valued, found) in placed_rx {
                 valued |= batch_valued;
-                early.insert(n, placements);
-                while let Some(placements) = early.remove(&next) {
+                early.insert(n, (placements, found));
+                while let Some((placements, found)) = early.remove(&next) {
                     placements.into_iter().for_each(|p| tree.add(p));
+                    for (index, track) in found {
+                        playlist_tracks[index].push(track);
+                    }
                     next += 1;
                 }
             }
-            (tree.finish(), valued)
+            (tree.finish(), valued, playlist_tracks)
         });
         let (mut count, mut sent) = (0, 0);
         let mut batch = Vec::with_capacity(RENDER_BATCH);
@@ -177,13 +215,17 @@ pub(super) fn load_tree_noting(
             let _ = batches_tx.send((sent, batch));
         }
         drop(batches_tx);
-        let (mut tree, tree_valued) = builder.join().expect("building the tree panicked");
+        let (mut tree, tree_valued, playlist_tracks) = builder.join().expect("building the tree panicked");
         if let Some(valued) = valued {
             *valued = tree_valued;
         }
-        let playlists: Vec<String> = config.playlists.iter().map(|p| p.name.clone()).collect();
-        tree.add_playlists(crate::view::playlists::PLAYLISTS_FOLDER, &playlists);
-        read.map(|()| (tree, count))
+        let playlist_names: Vec<String> = config.playlists.iter().map(|p| p.name.clone()).collect();
+        tree.add_playlists(crate::view::playlists::PLAYLISTS_FOLDER, &playlist_names);
+        read.map(|()| Loaded {
+            tree,
+            tracks: count,
+            playlist_tracks,
+        })
     })
 }
 
@@ -223,7 +265,7 @@ impl Fields for NotingFields<'_> {
 
 /// The template's field references (`${albumartist|artist}`) that no track
 /// had a value for, given the fields that had one (`valued`, as
-/// [`load_tree_noting`] notes them). Computed fields are left out: `disc`
+/// [`load_view`] notes them). Computed fields are left out: `disc`
 /// is empty wherever no album has several discs.
 pub(super) fn references_never_valued(template: &Template, valued: u64) -> Vec<String> {
     let names = template.fields();
