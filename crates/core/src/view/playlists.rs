@@ -218,7 +218,7 @@ impl View {
     fn playlist_bytes(&self, spec: &PlaylistSpec, found: Vec<Found>) -> (Vec<u8>, HashSet<i64>) {
         let members = found.iter().map(|(t, _)| t.id).collect();
         let first_view = self.config.views.first().map(|v| format!("{}/", v.name));
-        let mut entries: Vec<PlaylistEntry> = {
+        let entries: Vec<PlaylistEntry> = {
             let tree = self.tree();
             (found.into_iter())
                 .filter_map(|(track, tags)| {
@@ -231,7 +231,19 @@ impl View {
                 })
                 .collect()
         };
-        entries.sort_by(|a, b| compare(a, b, &spec.sort).then_with(|| a.path.cmp(&b.path)));
+        // Each entry's sort values worked out once, not at every comparison.
+        let mut keyed: Vec<(Vec<SortValue>, PlaylistEntry)> = (entries.into_iter())
+            .map(|e| {
+                (
+                    spec.sort.iter().map(|key| sort_value(&e, &key.field)).collect(),
+                    e,
+                )
+            })
+            .collect();
+        keyed.sort_by(|(a_values, a), (b_values, b)| {
+            compare(a_values, b_values, &spec.sort).then_with(|| a.path.cmp(&b.path))
+        });
+        let entries: Vec<PlaylistEntry> = keyed.into_iter().map(|(_, e)| e).collect();
         (m3u8(&entries).into_bytes(), members)
     }
 
@@ -280,10 +292,10 @@ fn first_tag<'a>(tags: &'a [(String, String)], key: &str) -> Option<&'a str> {
     tags.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
 }
 
-/// Orders two entries by the sort keys.
-fn compare(a: &PlaylistEntry, b: &PlaylistEntry, keys: &[SortKey]) -> Ordering {
-    for key in keys {
-        let order = natural(&sort_value(a, &key.field), &sort_value(b, &key.field));
+/// Orders two entries by their values of the sort keys.
+fn compare(a: &[SortValue], b: &[SortValue], keys: &[SortKey]) -> Ordering {
+    for ((a, b), key) in a.iter().zip(b).zip(keys) {
+        let order = a.natural_cmp(b);
         let order = if key.descending { order.reverse() } else { order };
         if order != Ordering::Equal {
             return order;
@@ -292,20 +304,36 @@ fn compare(a: &PlaylistEntry, b: &PlaylistEntry, keys: &[SortKey]) -> Ordering {
     Ordering::Equal
 }
 
-fn sort_value(e: &PlaylistEntry, field: &str) -> String {
+/// An entry's value of one sort key, as [`SortValue::natural_cmp`] compares it.
+fn sort_value(e: &PlaylistEntry, field: &str) -> SortValue {
     match field {
-        "added" => e.track.added_at.to_string(),
-        "duration" => e.track.duration_ms.unwrap_or(0).to_string(),
-        "path" => e.path.clone(),
-        tag => first_tag(&e.tags, tag).unwrap_or_default().to_string(),
+        "added" => SortValue::of(&e.track.added_at.to_string()),
+        "duration" => SortValue::of(&e.track.duration_ms.unwrap_or(0).to_string()),
+        "path" => SortValue::of(&e.path),
+        tag => SortValue::of(first_tag(&e.tags, tag).unwrap_or_default()),
     }
 }
 
-/// Numbers as numbers (`2` before `10`), anything else without case.
-fn natural(a: &str, b: &str) -> Ordering {
-    match (a.trim().parse::<f64>(), b.trim().parse::<f64>()) {
-        (Ok(x), Ok(y)) => x.partial_cmp(&y).unwrap_or(Ordering::Equal),
-        _ => a.to_lowercase().cmp(&b.to_lowercase()),
+/// A value sorted naturally: numbers as numbers (`2` before `10`),
+/// anything else without case.
+struct SortValue {
+    number: Option<f64>,
+    folded: String,
+}
+
+impl SortValue {
+    fn of(text: &str) -> SortValue {
+        SortValue {
+            number: text.trim().parse::<f64>().ok(),
+            folded: text.to_lowercase(),
+        }
+    }
+
+    fn natural_cmp(&self, other: &SortValue) -> Ordering {
+        match (self.number, other.number) {
+            (Some(x), Some(y)) => x.partial_cmp(&y).unwrap_or(Ordering::Equal),
+            _ => self.folded.cmp(&other.folded),
+        }
     }
 }
 
@@ -350,6 +378,7 @@ mod tests {
             })
         );
         assert_eq!(SortKey::parse("-"), None);
+        let natural = |a: &str, b: &str| SortValue::of(a).natural_cmp(&SortValue::of(b));
         assert_eq!(natural("2", "10"), Ordering::Less);
         assert_eq!(natural("b", "A"), Ordering::Greater);
     }

@@ -91,6 +91,9 @@ impl Tree {
         let mut ignored = Invalidations::default();
         for dir in dirs {
             self.sync_cover(dir, &mut ignored);
+            // Nothing to forget yet: the kernel has seen none of it.
+            ignored.entries.clear();
+            ignored.inodes.clear();
         }
     }
 
