@@ -2,7 +2,7 @@
 //! with sanitized, unique names and inode numbers that are stable across
 //! remounts (files: from the track id; directories: from a hash of the path).
 
-use std::collections::BTreeMap;
+use std::collections::{btree_map, BTreeMap};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -559,10 +559,7 @@ impl Tree {
         self.note_rendered(ino, &p.path);
         let mut added = Vec::new();
         let dir = self.ensure_dirs(&folder_components(folder), &mut added);
-        let places_before = self.link_count(ino);
-        self.insert_file(dir, &stem, p.file);
-        if self.link_count(ino) > places_before {
-            let name = self.name_in(dir, ino).expect("just placed there");
+        if let Some(name) = self.insert_file(dir, &stem, p.file) {
             added.push((dir, name.to_string()));
         }
         added
@@ -795,13 +792,14 @@ impl Tree {
         self.nodes.insert(ino, Node { parent, name, entry });
     }
 
-    /// Adds a file under `dir`, suffixing ` (2)`, ` (3)`... on a name clash.
-    /// A file already in the tree gets one more place (none more in a
-    /// directory it is in already).
-    pub fn insert_file(&mut self, dir: u64, stem: &str, file: FileEntry) -> u64 {
+    /// Adds a file under `dir`, suffixing ` (2)`, ` (3)`... on a name clash:
+    /// the name of its new place. A file already in the tree gets one more
+    /// place (none more in a directory it is in already: None).
+    pub fn insert_file(&mut self, dir: u64, stem: &str, file: FileEntry) -> Option<Arc<str>> {
         let ino = file_ino(file.track_id);
-        if self.nodes.contains_key(&ino) && self.name_in(dir, ino).is_some() {
-            return ino;
+        let placed = self.nodes.contains_key(&ino);
+        if placed && self.name_in(dir, ino).is_some() {
+            return None;
         }
         let numbered;
         let stem = if stem.is_empty() {
@@ -811,30 +809,63 @@ impl Tree {
             stem
         };
         let ext = file.extension();
-        let mut name = file_name(stem, "", ext);
-        if self.child(dir, &name).is_some() {
-            let base = name;
-            let next = self.next_suffix.get(&dir).and_then(|names| names.get(&base));
-            let mut n = next.copied().unwrap_or(2);
-            loop {
-                name = file_name(stem, &format!(" ({n})"), ext);
-                n += 1;
-                if self.child(dir, &name).is_none() {
-                    break;
+        let name = file_name(stem, "", ext);
+        let name = if placed {
+            self.shared_name(ino, name)
+        } else {
+            Arc::from(name)
+        };
+        // Mostly the name is free: one search of the folder finds and takes it.
+        let taken = match self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
+            Some(Entry::Dir { children }) => match children.entry(name.clone()) {
+                btree_map::Entry::Vacant(slot) => {
+                    slot.insert(ino);
+                    false
                 }
-            }
-            self.next_suffix.entry(dir).or_default().insert(base, n);
-        }
-        if self.nodes.contains_key(&ino) {
-            let name = self.shared_name(ino, name);
+                btree_map::Entry::Occupied(_) => true,
+            },
+            _ => false,
+        };
+        let name = if taken {
+            let name: Arc<str> = self.suffixed_file_name(dir, stem, ext, &name).into();
             if let Some(Entry::Dir { children }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
                 children.insert(name.clone(), ino);
             }
-            self.links.entry(ino).or_default().push((dir, name));
-            return ino;
+            name
+        } else {
+            name
+        };
+        if placed {
+            self.links.entry(ino).or_default().push((dir, name.clone()));
+        } else {
+            let entry = Entry::File(file);
+            let node = Node {
+                parent: dir,
+                name: name.clone(),
+                entry,
+            };
+            self.nodes.insert(ino, node);
         }
-        self.add_child(dir, name, ino, Entry::File(file));
-        ino
+        Some(name)
+    }
+
+    /// The first ` (n)` suffixed name of a file of `stem` that no entry of
+    /// `dir` has, `taken` being its name unsuffixed.
+    fn suffixed_file_name(&mut self, dir: u64, stem: &str, ext: &str, taken: &str) -> String {
+        let next = self.next_suffix.get(&dir).and_then(|names| names.get(taken));
+        let mut n = next.copied().unwrap_or(2);
+        let name = loop {
+            let name = file_name(stem, &format!(" ({n})"), ext);
+            n += 1;
+            if self.child(dir, &name).is_none() {
+                break name;
+            }
+        };
+        self.next_suffix
+            .entry(dir)
+            .or_default()
+            .insert(taken.to_string(), n);
+        name
     }
 
     /// `name` as a name of file `ino`, sharing the copy one of its other
