@@ -96,6 +96,19 @@ def test_each_playlist_is_its_query_in_its_order_with_durations(configured, moun
     assert os.stat(os.path.join(folder, "Fixture Album.m3u8")).st_size == len("\n".join(album) + "\n")
 
 
+def test_entries_go_into_the_first_views_folder_as_the_mount_names_it(tmp_path, store, mount):
+    """A view named `.Dotted` is the folder `_Dotted`: its playlists' entries
+    name that folder."""
+    config = tmp_path / "config.toml"
+    config.write_text(CONFIG.replace('name = "Artists"', 'name = ".Dotted"'))
+    m = mount(store, "--config", str(config))
+    folder = os.path.join(m.mnt, "Playlists")
+    album = read_lines(os.path.join(folder, "Fixture Album.m3u8"))
+    expected = [line.replace("../Artists/", "../_Dotted/") for line in expected_playlist(store, in_fixture_album, title_of)]
+    assert len(expected) > 2 and album == expected, album
+    assert all(os.path.isfile(os.path.join(folder, entry)) for entry in album[2::2])
+
+
 def test_a_retag_moves_a_track_out_of_a_playlist_live(configured, library, mount):
     store, config = configured
     m = mount(store, "--config", str(config))

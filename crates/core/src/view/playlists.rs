@@ -217,7 +217,10 @@ impl View {
     /// A playlist's bytes and its tracks, its tracks' places in the tree now.
     fn playlist_bytes(&self, spec: &PlaylistSpec, found: Vec<Found>) -> (Vec<u8>, HashSet<i64>) {
         let members = found.iter().map(|(t, _)| t.id).collect();
-        let first_view = self.config.views.first().map(|v| format!("{}/", v.name));
+        let windows_names = self.config.windows_names;
+        let first_view = (self.config.views.first())
+            .and_then(|v| v.folder_name(windows_names))
+            .map(|name| format!("{name}/"));
         let entries: Vec<PlaylistEntry> = {
             let tree = self.tree();
             (found.into_iter())

@@ -19,6 +19,25 @@ pub struct ViewSpec {
     pub fallbacks: Fallbacks,
 }
 
+impl ViewSpec {
+    /// The name of the view's folder at the root, as the tree names it:
+    /// sanitized (a leading `.` becomes `_`), Windows-safe with
+    /// `windows_names`, cut to the longest name allowed.
+    pub fn folder_name(&self, windows_names: bool) -> Option<String> {
+        let name = if windows_names {
+            crate::view::tree::windows_safe(&self.name)
+        } else {
+            self.name.clone()
+        };
+        let name = crate::view::tree::sanitize_component(&name)?;
+        Some(
+            crate::view::tree::truncate_utf8(&name, crate::view::tree::NAME_MAX)
+                .trim_end()
+                .to_string(),
+        )
+    }
+}
+
 /// Why a view's name cannot be a folder at the root.
 pub fn invalid_view_name(name: &str) -> Option<&'static str> {
     if name.trim().is_empty() {
