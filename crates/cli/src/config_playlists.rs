@@ -12,59 +12,27 @@
 use std::sync::Arc;
 
 use retagfs_core::view::playlists::{PlaylistSpec, SortKey};
-use toml_edit::{ArrayOfTables, Item, Table, Value};
+use toml_edit::{ArrayOfTables, Table};
 
+use crate::config_tables::{ErrorAt, TableKind};
 use crate::UsageError;
 
-type Span = Option<std::ops::Range<usize>>;
-
-/// The keys a `[[playlist]]` takes.
-const PLAYLIST_KEYS: &[&str] = &["name", "query", "sort"];
+/// The `[[playlist]]` table.
+const PLAYLIST: TableKind = TableKind {
+    one: "a playlist",
+    several: "playlists",
+    keys: &["name", "query", "sort"],
+};
 
 /// The playlists of `[[playlist]]` tables; `error(span, what)` makes an
 /// error that names the line.
-pub fn playlists_of(
-    tables: &ArrayOfTables,
-    error: &dyn Fn(Span, String) -> UsageError,
-) -> Result<Vec<PlaylistSpec>, UsageError> {
-    let mut playlists: Vec<PlaylistSpec> = Vec::new();
-    for table in tables.iter() {
-        let playlist = playlist_of(table, error)?;
-        if playlists.iter().any(|p| p.name == playlist.name) {
-            let span = table.get("name").and_then(Item::span);
-            return Err(error(
-                span,
-                format!("two playlists are named {:?}", playlist.name),
-            ));
-        }
-        playlists.push(playlist);
-    }
-    Ok(playlists)
+pub fn playlists_of(tables: &ArrayOfTables, error: ErrorAt) -> Result<Vec<PlaylistSpec>, UsageError> {
+    PLAYLIST.items_of(tables, error, |table| playlist_of(table, error), |p| &p.name)
 }
 
-fn playlist_of(
-    table: &Table,
-    error: &dyn Fn(Span, String) -> UsageError,
-) -> Result<PlaylistSpec, UsageError> {
-    for (key, _) in table.iter() {
-        if !PLAYLIST_KEYS.contains(&key) {
-            let span = table.key(key).and_then(|k| k.span());
-            return Err(error(
-                span,
-                format!(
-                    "a playlist has no `{key}` (it takes {})",
-                    PLAYLIST_KEYS.join(", ")
-                ),
-            ));
-        }
-    }
-    let text = |key: &str| -> Result<Option<(String, Span)>, UsageError> {
-        match table.get(key) {
-            None => Ok(None),
-            Some(Item::Value(Value::String(s))) => Ok(Some((s.value().clone(), s.span()))),
-            Some(other) => Err(error(other.span(), format!("a playlist's `{key}` is a string"))),
-        }
-    };
+fn playlist_of(table: &Table, error: ErrorAt) -> Result<PlaylistSpec, UsageError> {
+    PLAYLIST.check_keys(table, error)?;
+    let text = |key: &str| PLAYLIST.text(table, key, error);
     let Some((name, name_span)) = text("name")? else {
         return Err(error(
             table.span(),

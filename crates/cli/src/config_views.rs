@@ -19,10 +19,8 @@ use retagfs_core::Template;
 use toml_edit::{ArrayOfTables, Item, Table, Value};
 
 use crate::args::fallback_pair;
+use crate::config_tables::{ErrorAt, TableKind};
 use crate::UsageError;
-
-/// Where in the file a value is (bytes), when known.
-type Span = Option<std::ops::Range<usize>>;
 
 /// A view as the file defines it, checked.
 #[derive(Clone, Debug)]
@@ -35,44 +33,22 @@ pub struct ViewDefinition {
     pub default_fallback: Option<String>,
 }
 
-/// The keys a `[[view]]` takes.
-const VIEW_KEYS: &[&str] = &["name", "template", "query", "fallback", "default-fallback"];
+/// The `[[view]]` table.
+const VIEW: TableKind = TableKind {
+    one: "a view",
+    several: "views",
+    keys: &["name", "template", "query", "fallback", "default-fallback"],
+};
 
 /// The views of `[[view]]` tables; `error(span, what)` makes an error that
 /// names the line.
-pub fn views_of(
-    tables: &ArrayOfTables,
-    error: &dyn Fn(Span, String) -> UsageError,
-) -> Result<Vec<ViewDefinition>, UsageError> {
-    let mut views: Vec<ViewDefinition> = Vec::new();
-    for table in tables.iter() {
-        let view = view_of(table, error)?;
-        if views.iter().any(|v| v.name == view.name) {
-            let span = table.get("name").and_then(Item::span);
-            return Err(error(span, format!("two views are named {:?}", view.name)));
-        }
-        views.push(view);
-    }
-    Ok(views)
+pub fn views_of(tables: &ArrayOfTables, error: ErrorAt) -> Result<Vec<ViewDefinition>, UsageError> {
+    VIEW.items_of(tables, error, |table| view_of(table, error), |v| &v.name)
 }
 
-fn view_of(table: &Table, error: &dyn Fn(Span, String) -> UsageError) -> Result<ViewDefinition, UsageError> {
-    for (key, _) in table.iter() {
-        if !VIEW_KEYS.contains(&key) {
-            let span = table.key(key).and_then(|k| k.span());
-            return Err(error(
-                span,
-                format!("a view has no `{key}` (it takes {})", VIEW_KEYS.join(", ")),
-            ));
-        }
-    }
-    let text = |key: &str| -> Result<Option<(String, Span)>, UsageError> {
-        match table.get(key) {
-            None => Ok(None),
-            Some(Item::Value(Value::String(s))) => Ok(Some((s.value().clone(), s.span()))),
-            Some(other) => Err(error(other.span(), format!("a view's `{key}` is a string"))),
-        }
-    };
+fn view_of(table: &Table, error: ErrorAt) -> Result<ViewDefinition, UsageError> {
+    VIEW.check_keys(table, error)?;
+    let text = |key: &str| VIEW.text(table, key, error);
     let table_span = table.span();
     let Some((name, name_span)) = text("name")? else {
         return Err(error(table_span, "a view needs a `name`: its folder".into()));

@@ -6,6 +6,7 @@ mod completions;
 mod config_file;
 mod config_playlists;
 mod config_report;
+mod config_tables;
 mod config_views;
 mod doctor;
 mod dry_run;

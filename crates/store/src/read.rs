@@ -724,27 +724,46 @@ impl<'s, T> ByTrack<'s, T> {
     }
 }
 
+/// The columns [`track_from_row`] reads that every store version has.
+macro_rules! columns_of_every_version {
+    () => {
+        "id, backing_path, format, audio_offset, audio_length, file_size, mtime_ns, ctime_ns, \
+         content_version, passthrough, "
+    };
+}
+
 /// The ETag of a remote track's object; local tracks (the CASE tests the
 /// path first) cost no lookup of `remote_objects` while a mount loads.
-const TRACK_COLUMNS: &str = "id, backing_path, format, audio_offset, audio_length, \
-                             file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at, vendor, \
-                             CASE WHEN backing_path >= 's3://' AND backing_path < 's3:/0' \
-                             THEN (SELECT etag FROM remote_objects WHERE track_id = tracks.id) END, added_at, \
-                             duration_ms";
-const TRACK_COLUMNS_V11: &str = "id, backing_path, format, audio_offset, audio_length, \
-                             file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at, vendor, \
-                             CASE WHEN backing_path >= 's3://' AND backing_path < 's3:/0' \
-                             THEN (SELECT etag FROM remote_objects WHERE track_id = tracks.id) END, added_at, NULL";
-const TRACK_COLUMNS_V10: &str = "id, backing_path, format, audio_offset, audio_length, \
-                             file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at, vendor, \
-                             CASE WHEN backing_path >= 's3://' AND backing_path < 's3:/0' \
-                             THEN (SELECT etag FROM remote_objects WHERE track_id = tracks.id) END, scanned_at, NULL";
-const TRACK_COLUMNS_V9: &str = "id, backing_path, format, audio_offset, audio_length, \
-                             file_size, mtime_ns, ctime_ns, content_version, passthrough, changed_at, vendor, NULL, \
-                             scanned_at, NULL";
-const TRACK_COLUMNS_BEFORE_V9: &str = "id, backing_path, format, audio_offset, audio_length, \
-                             file_size, mtime_ns, ctime_ns, content_version, passthrough, 0, NULL, NULL, scanned_at, \
-                             NULL";
+macro_rules! remote_etag {
+    () => {
+        "CASE WHEN backing_path >= 's3://' AND backing_path < 's3:/0' \
+         THEN (SELECT etag FROM remote_objects WHERE track_id = tracks.id) END"
+    };
+}
+
+const TRACK_COLUMNS: &str = concat!(
+    columns_of_every_version!(),
+    "changed_at, vendor, ",
+    remote_etag!(),
+    ", added_at, duration_ms"
+);
+const TRACK_COLUMNS_V11: &str = concat!(
+    columns_of_every_version!(),
+    "changed_at, vendor, ",
+    remote_etag!(),
+    ", added_at, NULL"
+);
+const TRACK_COLUMNS_V10: &str = concat!(
+    columns_of_every_version!(),
+    "changed_at, vendor, ",
+    remote_etag!(),
+    ", scanned_at, NULL"
+);
+const TRACK_COLUMNS_V9: &str = concat!(
+    columns_of_every_version!(),
+    "changed_at, vendor, NULL, scanned_at, NULL"
+);
+const TRACK_COLUMNS_BEFORE_V9: &str = concat!(columns_of_every_version!(), "0, NULL, NULL, scanned_at, NULL");
 
 fn track_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackRow> {
     let id = r.get(0)?;
