@@ -99,6 +99,25 @@ def test_a_mount_counts_what_it_serves(store, mount):
     assert get(port, "/metrics", "HEAD")[0] == 200
 
 
+def test_many_idle_connections_take_few_of_the_processes_files(store, mount):
+    """Connections beyond the endpoint's few wait in the listen queue: a
+    client opening a hundred does not make the daemon hold a hundred."""
+    import socket
+
+    m = mount(store, "--metrics", "127.0.0.1:0")
+    port = metrics_port(str(m.mnt) + ".log")
+    fds = lambda: len(os.listdir(f"/proc/{m.proc.pid}/fd"))  # noqa: E731
+    before = fds()
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(100)]
+    try:
+        time.sleep(0.5)
+        assert fds() - before <= 16 + 2, (before, fds())
+    finally:
+        for s in idle:
+            s.close()
+    wait_for(lambda: scrape(port)["retagfs_view_tracks"] > 0)
+
+
 def test_a_refresh_is_counted_with_its_latency(store, library, mount):
     m = mount(store, "--metrics", "127.0.0.1:0")
     port = metrics_port(str(m.mnt) + ".log")

@@ -18,6 +18,10 @@ use crate::route::{full, plain, Reply};
 /// A scraper that sends no request for this long is dropped.
 const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Connections served at once; more wait in the listen queue (a scraper
+/// needs one: a client opening many must not take the process's files).
+const MOST_CONNECTIONS: usize = 16;
+
 /// Listens on `listen` (bound before this returns: a port in use is the
 /// caller's error) and answers scrapes from a thread of its own.
 pub fn spawn_metrics(listen: SocketAddr) -> anyhow::Result<std::thread::JoinHandle<()>> {
@@ -42,7 +46,11 @@ async fn serve(listener: std::net::TcpListener) {
         Ok(listener) => listener,
         Err(e) => return tracing::error!("--metrics: {e}"),
     };
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MOST_CONNECTIONS));
     loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
@@ -62,6 +70,7 @@ async fn serve(listener: std::net::TcpListener) {
             if let Err(e) = served {
                 tracing::debug!("--metrics: connection from {peer}: {e}");
             }
+            drop(permit);
         });
     }
 }
