@@ -117,9 +117,19 @@ impl View {
     /// Makes every playlist's bytes when the view loads, from their
     /// tracks found as the tree was built ([`super::render::load_view`]).
     pub(super) fn make_playlists(&self, found: Vec<Vec<Found>>) {
-        for (index, found) in found.into_iter().enumerate() {
-            self.keep_made(index, Ok(found));
-        }
+        // One thread a core, each making one playlist after another.
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let waiting = Mutex::new(found.into_iter().enumerate());
+        std::thread::scope(|s| {
+            for _ in 0..workers.min(self.config.playlists.len()) {
+                s.spawn(|| loop {
+                    let Some((index, found)) = waiting.lock().next() else {
+                        return;
+                    };
+                    self.keep_made(index, Ok(found));
+                });
+            }
+        });
     }
 
     /// Makes again the playlists a refresh touched (all of them after a
@@ -218,18 +228,12 @@ impl View {
     fn playlist_bytes(&self, spec: &PlaylistSpec, found: Vec<Found>) -> (Vec<u8>, HashSet<i64>) {
         let members = found.iter().map(|(t, _)| t.id).collect();
         let windows_names = self.config.windows_names;
-        let first_view = (self.config.views.first())
-            .and_then(|v| v.folder_name(windows_names))
-            .map(|name| format!("{name}/"));
+        let first_view = (self.config.views.first()).and_then(|v| v.folder_name(windows_names));
         let entries: Vec<PlaylistEntry> = {
             let tree = self.tree();
             (found.into_iter())
                 .filter_map(|(track, tags)| {
-                    let paths = tree.paths_of(file_ino(track.id));
-                    let path = match &first_view {
-                        Some(prefix) => paths.into_iter().find(|p| p.starts_with(prefix.as_str()))?,
-                        None => paths.into_iter().next()?,
-                    };
+                    let path = tree.path_of_place(file_ino(track.id), first_view.as_deref())?;
                     Some(PlaylistEntry { track, tags, path })
                 })
                 .collect()

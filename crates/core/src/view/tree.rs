@@ -936,7 +936,12 @@ impl Tree {
     }
 
     /// The path of a node relative to the root.
-    pub fn path(&self, mut ino: u64) -> Option<String> {
+    pub fn path(&self, ino: u64) -> Option<String> {
+        Some(self.components(ino)?.join("/"))
+    }
+
+    /// The names on the way from the root to a node.
+    fn components(&self, mut ino: u64) -> Option<Vec<&str>> {
         let mut parts = Vec::new();
         while ino != self.root {
             let node = self.nodes.get(&ino)?;
@@ -944,7 +949,7 @@ impl Tree {
             ino = node.parent;
         }
         parts.reverse();
-        Some(parts.join("/"))
+        Some(parts)
     }
 
     /// Files of tracks (covers and playlists not counted).
@@ -978,18 +983,17 @@ impl Tree {
         )
     }
 
-    /// The paths (from the root) of every place of node `ino`.
-    pub fn paths_of(&self, ino: u64) -> Vec<String> {
-        (self.places(ino).into_iter())
-            .filter_map(|(parent, name)| {
-                let dir = self.path(parent)?;
-                Some(if dir.is_empty() {
-                    name.to_string()
-                } else {
-                    format!("{dir}/{name}")
-                })
-            })
-            .collect()
+    /// The path (from the root) of node `ino`'s first place in the root's
+    /// folder `top` (None: its first place wherever it is).
+    pub fn path_of_place(&self, ino: u64, top: Option<&str>) -> Option<String> {
+        self.places(ino).into_iter().find_map(|(parent, name)| {
+            let mut parts = self.components(parent)?;
+            if top.is_some_and(|top| parts.first() != Some(&top)) {
+                return None;
+            }
+            parts.push(name);
+            Some(parts.join("/"))
+        })
     }
 
     pub fn cover_count(&self) -> usize {

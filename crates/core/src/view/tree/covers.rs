@@ -79,7 +79,8 @@ impl Tree {
         Some(if art.png { png.clone() } else { jpg.clone() })
     }
 
-    /// Gives every folder its cover (after a build).
+    /// Gives every folder its cover (after a build): chosen by a thread a
+    /// core (each folder's files are looked up), then added.
     pub(super) fn sync_all_covers(&mut self) {
         if self.cover_names.is_none() {
             return;
@@ -88,12 +89,28 @@ impl Tree {
             .filter(|(_, n)| n.is_dir())
             .map(|(ino, _)| *ino)
             .collect();
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let share = dirs.len().div_ceil(workers).max(1);
+        let tree = &*self;
+        let chosen: Vec<(u64, FolderCover)> = std::thread::scope(|s| {
+            let choosing: Vec<_> = (dirs.chunks(share))
+                .map(|dirs| {
+                    s.spawn(move || {
+                        (dirs.iter())
+                            .filter_map(|&dir| Some((dir, tree.most_common_cover(dir)?)))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            (choosing.into_iter())
+                .flat_map(|c| c.join().expect("choosing covers panicked"))
+                .collect()
+        });
         let mut ignored = Invalidations::default();
-        for dir in dirs {
-            self.sync_cover(dir, &mut ignored);
+        for (dir, cover) in chosen {
             // Nothing to forget yet: the kernel has seen none of it.
+            self.add_cover(dir, cover, None, &mut ignored);
             ignored.entries.clear();
-            ignored.inodes.clear();
         }
     }
 
@@ -126,17 +143,22 @@ impl Tree {
             out.entries.push((dir, name.to_string()));
             out.inodes.push(*ino);
         }
-        let Some((cover, name)) = wanted.and_then(|c| Some((c, self.cover_file_name(&c.art)?))) else {
+        if let Some(cover) = wanted {
+            self.add_cover(dir, cover, current.map(|(ino, _, _)| ino), out);
+        }
+    }
+
+    /// Adds `cover` to folder `dir` (as inode `ino` if given), unless an
+    /// entry of the library holds its name.
+    fn add_cover(&mut self, dir: u64, cover: FolderCover, ino: Option<u64>, out: &mut Invalidations) {
+        let Some(name) = self.cover_file_name(&cover.art) else {
             return;
         };
         if self.child(dir, &name).is_some() {
             // A folder or a file of the library holds the name.
             return;
         }
-        let ino = match &current {
-            Some((ino, _, _)) => *ino,
-            None => self.free_cover_ino(dir),
-        };
+        let ino = ino.unwrap_or_else(|| self.free_cover_ino(dir));
         out.entries.push((dir, name.to_string()));
         self.add_child(dir, name, ino, Entry::Cover(cover));
         self.cover_count += 1;
