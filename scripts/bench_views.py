@@ -57,36 +57,35 @@ TARGETS = {"mount": 2.0, "memory": 1.5, "retag_ms": 1.0}
 
 def store_with_genres(b, work, n):
     lib = b.make_flac_library(work, n)
-    db = os.path.join(work, f"views-covered-{n}.db")
+    db = os.path.join(work, f"views-by-album-{n}.db")
     if not os.path.exists(db):
         b.scan(lib, db)
-        ids = [t["id"] for t in json.loads(subprocess.run(
-            [b.BIN, "export", "--db", db], check=True, capture_output=True).stdout)]
-        # Two genres an album, as taggers set them (tracks are ten an album,
-        # in id order).
-        album = lambda i: (i - 1) // 10  # noqa: E731
-        edits = [{"id": i, "tags": {"genre": [f"Genre {album(i) % 7}", f"Genre {7 + album(i) % 11}"]}}
-                 for i in ids]
+        tracks = json.loads(subprocess.run([b.BIN, "export", "--db", db], check=True, capture_output=True).stdout)
+        # Each track's album by its tag, not by its id: a scan numbers the
+        # tracks of several albums in the order its threads meet them.
+        album = {t["id"]: int(t["tags"]["album"][0].split()[-1]) for t in tracks}
+        # Two genres an album, as taggers set them.
+        edits = [{"id": i, "tags": {"genre": [f"Genre {a % 7}", f"Genre {7 + a % 11}"]}} for i, a in album.items()]
         subprocess.run([b.BIN, "import", "--db", db, "-"], input=json.dumps(edits).encode(),
                        check=True, capture_output=True)
-        give_albums_covers(db, ids)
+        give_albums_covers(db, album)
     return db
 
 
-def give_albums_covers(db, ids):
-    """A front cover an album, shared by its tracks, written as an external
-    tool may (docs/store.md: `art` and `track_art`)."""
-    album = lambda i: (i - 1) // 10  # noqa: E731
+def give_albums_covers(db, album):
+    """A front cover an album (`album`: track id to album number), shared
+    by its tracks, written as an external tool may (docs/store.md: `art`
+    and `track_art`)."""
     con = sqlite3.connect(db)
     with con:
         shas = {}
-        for a in sorted({album(i) for i in ids}):
+        for a in sorted(set(album.values())):
             image = b"\xff\xd8\xff\xe0" + f"cover of album {a}".encode() * 500 + b"\xff\xd9"
             sha = hashlib.sha256(image).hexdigest()
             con.execute("INSERT INTO art (sha256, mime, data) VALUES (?, 'image/jpeg', ?)", (sha, image))
             shas[a] = sha
         con.executemany("INSERT INTO track_art (track_id, position, art_sha256, picture_type) VALUES (?, 0, ?, 3)",
-                        [(i, shas[album(i)]) for i in ids])
+                        [(i, shas[a]) for i, a in album.items()])
     con.close()
 
 
