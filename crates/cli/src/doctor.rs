@@ -125,8 +125,7 @@ fn store_checks(db: &Path) -> Vec<Check> {
 
 fn integrity(store: &retagfs_store::Store, db: &Path) -> Check {
     let version = store.schema_version();
-    let quick: Result<String, _> = store.conn().query_row("PRAGMA quick_check", [], |r| r.get(0));
-    match quick {
+    match store.quick_check() {
         Ok(ok) if ok == "ok" && version < retagfs_store::SCHEMA_VERSION => check(
             "store",
             Status::Ok,
@@ -156,14 +155,7 @@ fn integrity(store: &retagfs_store::Store, db: &Path) -> Check {
 /// The folders the store was scanned from: those of `scanned_dirs` under
 /// no other of them.
 fn library_checks(store: &retagfs_store::Store) -> Vec<Check> {
-    let folders: rusqlite::Result<Vec<String>> = (|| {
-        let mut statement = store
-            .conn()
-            .prepare("SELECT path FROM scanned_dirs ORDER BY path")?;
-        let rows = statement.query_map([], |r| r.get::<_, String>(0))?;
-        rows.collect()
-    })();
-    let Ok(mut folders) = folders else {
+    let Ok(mut folders) = store.scanned_folder_paths() else {
         return vec![check(
             "library",
             Status::Note,

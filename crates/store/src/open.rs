@@ -255,6 +255,18 @@ impl Store {
         Ok(self.conn.pragma_query_value(None, "user_version", |r| r.get(0))?)
     }
 
+    /// SQLite's `PRAGMA quick_check`: "ok", or the first problems found.
+    pub fn quick_check(&self) -> Result<String> {
+        Ok(self.conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?)
+    }
+
+    /// Every folder a scan into the store walked, sorted.
+    pub fn scanned_folder_paths(&self) -> Result<Vec<String>> {
+        let mut statement = self.conn.prepare("SELECT path FROM scanned_dirs ORDER BY path")?;
+        let rows = statement.query_map([], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// Raw connection, for callers that need a transaction of their own.
     pub fn conn(&self) -> &Connection {
         &self.conn
