@@ -28,10 +28,15 @@ pub const SEARCH_INO_BASE: u64 = 1 << 61;
 /// A 64-bit hash of a rendered path, kept in memory only (a collision is
 /// astronomically rare and would only make a refresh keep a stale name).
 fn path_hash(path: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    path.hash(&mut h);
-    h.finish()
+    use std::hash::BuildHasher;
+    foldhash::fast::FixedState::default().hash_one(path)
+}
+
+/// The hash of a file's rendered paths so far, `hash` the first's alone,
+/// with the next path's: in order (a file's places are in its views'
+/// order).
+fn with_next_path(hash: u64, next: u64) -> u64 {
+    hash.rotate_left(5) ^ next
 }
 
 /// A rendered path as its folder's path (unsanitized) and the file's
@@ -246,23 +251,21 @@ pub struct Tree {
 }
 
 /// A tree built from placements given one by one in track id order (a
-/// track placed several times, its placements one after the other):
-/// directories as they come, files at the end, so a file never takes a
-/// name a directory needs.
+/// track placed several times, its placements one after the other), each
+/// file placed as it comes, so that the tree grows while the store is
+/// still being read. (A folder that needs a name a file took earlier gets
+/// ` (dir)` after it, as in a refresh.)
 #[derive(Default)]
 pub struct TreeBuilder {
     tree: Tree,
-    /// (directory, stem, attributes) of every file, in track id order, in
-    /// chunks: one array of them all would be copied whole as it grows.
-    files: Vec<Vec<(u64, String, FileEntry)>>,
     /// The directory of each rendered folder path met so far: the tracks
     /// of a folder find it with one look-up, each place of a track placed
     /// several times too.
     dirs: HashMap<String, u64>,
+    /// The file being placed and the hash of its paths so far (its places
+    /// come one after another): noted in the tree once it is complete.
+    rendering: Option<(u64, u64)>,
 }
-
-/// Files in each chunk of [`TreeBuilder::files`].
-const FILES_CHUNK: usize = 1 << 14;
 
 impl TreeBuilder {
     /// Folders of the tree built get covers named `base.jpg` or `base.png`
@@ -278,7 +281,14 @@ impl TreeBuilder {
             return;
         }
         let (folder, stem) = split_path(&p.path);
-        self.tree.note_rendered(file_ino(p.file.track_id), &p.path);
+        let (ino, hash) = (file_ino(p.file.track_id), path_hash(&p.path));
+        self.rendering = match self.rendering {
+            Some((same, so_far)) if same == ino => Some((ino, with_next_path(so_far, hash))),
+            other => {
+                self.note_rendering(other);
+                Some((ino, hash))
+            }
+        };
         let dir = match self.dirs.get(folder) {
             Some(dir) => *dir,
             None => {
@@ -287,20 +297,19 @@ impl TreeBuilder {
                 dir
             }
         };
-        match self.files.last_mut() {
-            Some(chunk) if chunk.len() < FILES_CHUNK => chunk.push((dir, stem, p.file)),
-            _ => {
-                let mut chunk = Vec::with_capacity(FILES_CHUNK);
-                chunk.push((dir, stem, p.file));
-                self.files.push(chunk);
-            }
+        self.tree.insert_file(dir, &stem, p.file);
+    }
+
+    /// Notes in the tree the hash of a file's rendered paths.
+    fn note_rendering(&mut self, rendered: Option<(u64, u64)>) {
+        if let Some((ino, hash)) = rendered {
+            self.tree.rendered.insert(ino, hash);
         }
     }
 
     pub fn finish(mut self) -> Tree {
-        for (dir, stem, file) in self.files.into_iter().flatten() {
-            self.tree.insert_file(dir, &stem, file);
-        }
+        let last = self.rendering.take();
+        self.note_rendering(last);
         self.tree.sync_all_covers();
         // Places are only added one by one after this, by refreshes.
         for places in self.tree.links.values_mut() {
@@ -570,7 +579,7 @@ impl Tree {
         let hash = path_hash(path);
         self.rendered
             .entry(ino)
-            .and_modify(|h| *h = h.rotate_left(5) ^ hash)
+            .and_modify(|h| *h = with_next_path(*h, hash))
             .or_insert(hash);
     }
 
@@ -583,7 +592,7 @@ impl Tree {
         let rendered = placements
             .iter()
             .map(|p| path_hash(&p.path))
-            .reduce(|h, next| h.rotate_left(5) ^ next);
+            .reduce(with_next_path);
         match placements.first() {
             Some(p) if rendered.is_some() && self.rendered.get(&ino) == rendered.as_ref() => {
                 let file = p.file.clone();
@@ -797,10 +806,6 @@ impl Tree {
     /// place (none more in a directory it is in already: None).
     pub fn insert_file(&mut self, dir: u64, stem: &str, file: FileEntry) -> Option<Arc<str>> {
         let ino = file_ino(file.track_id);
-        let placed = self.nodes.contains_key(&ino);
-        if placed && self.name_in(dir, ino).is_some() {
-            return None;
-        }
         let numbered;
         let stem = if stem.is_empty() {
             numbered = format!("track {}", file.track_id);
@@ -810,10 +815,25 @@ impl Tree {
         };
         let ext = file.extension();
         let name = file_name(stem, "", ext);
-        let name = if placed {
-            self.shared_name(ino, name)
-        } else {
-            Arc::from(name)
+        let (placed, name) = match self.nodes.get(&ino) {
+            None => (false, Arc::from(name)),
+            Some(node) => {
+                let others = self.links.get(&ino).into_iter().flatten();
+                let mut places = std::iter::once((node.parent, &node.name))
+                    .chain(others.map(|(parent, name)| (*parent, name)));
+                let mut alike = None;
+                if places.any(|(parent, held)| {
+                    if alike.is_none() && **held == *name {
+                        alike = Some(held.clone());
+                    }
+                    parent == dir
+                }) {
+                    return None;
+                }
+                // Views mostly name a track alike in each folder it is in:
+                // its places share one copy of the name.
+                (true, alike.unwrap_or_else(|| Arc::from(name)))
+            }
         };
         // Mostly the name is free: one search of the folder finds and takes it.
         let taken = match self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
@@ -866,18 +886,6 @@ impl Tree {
             .or_default()
             .insert(taken.to_string(), n);
         name
-    }
-
-    /// `name` as a name of file `ino`, sharing the copy one of its other
-    /// places holds if it has this name too (views mostly name a track
-    /// alike in each folder it is in).
-    fn shared_name(&self, ino: u64, name: String) -> Arc<str> {
-        let first = self.nodes.get(&ino).map(|n| &n.name);
-        let others = self.links.get(&ino).into_iter().flatten().map(|(_, name)| name);
-        match first.into_iter().chain(others).find(|held| ***held == *name) {
-            Some(held) => held.clone(),
-            None => name.into(),
-        }
     }
 
     /// Drops the suffix count of a name that left `dir`: the next file of
