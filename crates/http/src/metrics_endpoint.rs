@@ -22,6 +22,10 @@ const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// needs one: a client opening many must not take the process's files).
 const MOST_CONNECTIONS: usize = 16;
 
+/// How long one connection is served at most (a client that sends
+/// requests and never reads the answers must give its place back).
+const CONNECTION_LIFETIME: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Listens on `listen` (bound before this returns: a port in use is the
 /// caller's error) and answers scrapes from a thread of its own.
 pub fn spawn_metrics(listen: SocketAddr) -> anyhow::Result<std::thread::JoinHandle<()>> {
@@ -59,16 +63,19 @@ async fn serve(listener: std::net::TcpListener) {
             }
         };
         tokio::spawn(async move {
-            let served = http1::Builder::new()
+            let connection = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT)
                 .serve_connection(
                     TokioIo::new(stream),
                     service_fn(|req| async move { Ok::<_, std::convert::Infallible>(answer(&req)) }),
-                )
-                .await;
-            if let Err(e) = served {
-                tracing::debug!("--metrics: connection from {peer}: {e}");
+                );
+            match tokio::time::timeout(CONNECTION_LIFETIME, connection).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::debug!("--metrics: connection from {peer}: {e}"),
+                Err(_) => {
+                    tracing::debug!("--metrics: connection from {peer} cut after {CONNECTION_LIFETIME:?}")
+                }
             }
             drop(permit);
         });
