@@ -15,6 +15,7 @@ use retagfs_store::Format;
 use sha2::{Digest, Sha256};
 
 mod covers;
+mod shared_entries;
 pub use covers::{CoverArt, FolderCover};
 
 pub const ROOT_INO: u64 = 1;
@@ -111,9 +112,14 @@ impl NameExtension {
 
 #[derive(Debug, Clone)]
 pub enum Entry {
-    /// Keyed by the very name each child holds (one copy per name).
+    /// A folder: its entries keyed by the very name each holds (one copy
+    /// per name), shared by folders that hold the same entries (an album's
+    /// folder in several views) until one of them changes; its cover, if
+    /// it has one, beside them ([`covers`]), so that a cover of its own
+    /// does not keep a folder's entries from being shared.
     Dir {
-        children: BTreeMap<Arc<str>, u64>,
+        children: Arc<BTreeMap<Arc<str>, u64>>,
+        cover: Option<u64>,
     },
     File(FileEntry),
     /// A folder's cover ([`covers`]).
@@ -128,6 +134,15 @@ pub struct Node {
     pub parent: u64,
     pub name: Arc<str>,
     pub entry: Entry,
+}
+
+impl Entry {
+    fn empty_dir() -> Entry {
+        Entry::Dir {
+            children: Arc::default(),
+            cover: None,
+        }
+    }
 }
 
 impl Node {
@@ -265,6 +280,9 @@ pub struct TreeBuilder {
     /// The file being placed and the hash of its paths so far (its places
     /// come one after another): noted in the tree once it is complete.
     rendering: Option<(u64, u64)>,
+    /// The first place of the file being placed, which its other places
+    /// follow where they can ([`shared_entries`]).
+    first_place: Option<shared_entries::FirstPlace>,
 }
 
 impl TreeBuilder {
@@ -282,6 +300,7 @@ impl TreeBuilder {
         }
         let (folder, stem) = split_path(&p.path);
         let (ino, hash) = (file_ino(p.file.track_id), path_hash(&p.path));
+        let next_file = !matches!(self.rendering, Some((same, _)) if same == ino);
         self.rendering = match self.rendering {
             Some((same, so_far)) if same == ino => Some((ino, with_next_path(so_far, hash))),
             other => {
@@ -289,6 +308,11 @@ impl TreeBuilder {
                 Some((ino, hash))
             }
         };
+        if next_file {
+            // Before the next file is placed: a first place kept longer
+            // would keep its folder's map from being grown in place.
+            self.first_place = None;
+        }
         let dir = match self.dirs.get(folder) {
             Some(dir) => *dir,
             None => {
@@ -297,7 +321,13 @@ impl TreeBuilder {
                 dir
             }
         };
-        self.tree.insert_file(dir, &stem, p.file);
+        match &self.first_place {
+            None if next_file => self.first_place = self.tree.place_first(dir, stem, p.file),
+            Some(first) if self.tree.place_alike(dir, &stem, first) => {}
+            _ => {
+                self.tree.insert_file(dir, &stem, p.file);
+            }
+        }
     }
 
     /// Notes in the tree the hash of a file's rendered paths.
@@ -329,6 +359,24 @@ pub struct Invalidations {
 
 /// A directory's entries from a position: (inode, name, listing cookie).
 pub type Listing<'a> = Box<dyn Iterator<Item = (u64, &'a str, u64)> + 'a>;
+
+/// A folder's entries in name order with its cover among them.
+struct WithCover<'a, I: Iterator<Item = (&'a str, u64)>> {
+    entries: std::iter::Peekable<I>,
+    cover: Option<(&'a str, u64)>,
+}
+
+impl<'a, I: Iterator<Item = (&'a str, u64)>> Iterator for WithCover<'a, I> {
+    type Item = (&'a str, u64);
+
+    fn next(&mut self) -> Option<(&'a str, u64)> {
+        match (self.entries.peek(), self.cover) {
+            (Some((name, _)), Some((cover, _))) if cover < *name => self.cover.take(),
+            (None, Some(_)) => self.cover.take(),
+            _ => self.entries.next(),
+        }
+    }
+}
 
 /// Why a directory cannot be listed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -494,9 +542,7 @@ impl Tree {
             Node {
                 parent,
                 name: Arc::from(""),
-                entry: Entry::Dir {
-                    children: BTreeMap::new(),
-                },
+                entry: Entry::empty_dir(),
             },
         );
         Tree {
@@ -721,14 +767,16 @@ impl Tree {
     fn unlink(&mut self, mut parent: u64, mut name: Arc<str>, removed: &mut Vec<(u64, String)>) {
         loop {
             let parent_empty = match self.nodes.get_mut(&parent).map(|n| &mut n.entry) {
-                Some(Entry::Dir { children }) => {
-                    children.remove(&name);
-                    children.len() <= 1
+                Some(Entry::Dir { children, .. }) => {
+                    Arc::make_mut(children).remove(&name);
+                    children.is_empty()
                 }
                 _ => false,
             };
             // A folder left with its cover alone is empty: the cover goes.
-            let parent_empty = parent_empty && self.drop_lone_cover(parent, removed);
+            if parent_empty {
+                self.drop_cover(parent, removed);
+            }
             self.forget_suffix(parent, &name);
             removed.push((parent, name.to_string()));
             if !parent_empty || parent == self.root {
@@ -763,14 +811,7 @@ impl Tree {
                 _ => {
                     added.push((dir, name.clone()));
                     let ino = self.free_dir_ino(&path);
-                    self.add_child(
-                        dir,
-                        name,
-                        ino,
-                        Entry::Dir {
-                            children: BTreeMap::new(),
-                        },
-                    );
+                    self.add_child(dir, name, ino, Entry::empty_dir());
                     self.dir_count += 1;
                     ino
                 }
@@ -795,8 +836,8 @@ impl Tree {
 
     fn add_child(&mut self, parent: u64, name: impl Into<Arc<str>>, ino: u64, entry: Entry) {
         let name: Arc<str> = name.into();
-        if let Some(Entry::Dir { children }) = self.nodes.get_mut(&parent).map(|n| &mut n.entry) {
-            children.insert(name.clone(), ino);
+        if let Some(Entry::Dir { children, .. }) = self.nodes.get_mut(&parent).map(|n| &mut n.entry) {
+            Arc::make_mut(children).insert(name.clone(), ino);
         }
         self.nodes.insert(ino, Node { parent, name, entry });
     }
@@ -837,7 +878,7 @@ impl Tree {
         };
         // Mostly the name is free: one search of the folder finds and takes it.
         let taken = match self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
-            Some(Entry::Dir { children }) => match children.entry(name.clone()) {
+            Some(Entry::Dir { children, .. }) => match Arc::make_mut(children).entry(name.clone()) {
                 btree_map::Entry::Vacant(slot) => {
                     slot.insert(ino);
                     false
@@ -848,8 +889,8 @@ impl Tree {
         };
         let name = if taken {
             let name: Arc<str> = self.suffixed_file_name(dir, stem, ext, &name).into();
-            if let Some(Entry::Dir { children }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
-                children.insert(name.clone(), ino);
+            if let Some(Entry::Dir { children, .. }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
+                Arc::make_mut(children).insert(name.clone(), ino);
             }
             name
         } else {
@@ -914,7 +955,7 @@ impl Tree {
     /// and the refresh made the kernel list the directory anew.
     pub fn listing(&self, dir: u64, offset: u64) -> Result<Listing<'_>, ListingError> {
         let node = self.nodes.get(&dir).ok_or(ListingError::NotFound)?;
-        let Entry::Dir { children } = &node.entry else {
+        let Entry::Dir { children, cover } = &node.entry else {
             return Err(ListingError::NotADirectory);
         };
         let from = match offset {
@@ -922,23 +963,30 @@ impl Tree {
             cookie => {
                 let last = ino_of_listing_cookie(cookie);
                 self.name_in(dir, last)
-                    .filter(|name| children.get(&***name) == Some(&last))
+                    .filter(|name| self.child(dir, name) == Some(last))
                     .map(|name| Bound::Excluded(&**name))
             }
         };
-        let after = from
-            .map(|from| children.range::<str, _>((from, Bound::Unbounded)))
-            .into_iter()
-            .flatten();
+        let cover = cover.and_then(|ino| Some((&*self.nodes.get(&ino)?.name, ino)));
+        let entries = from.map(|from| WithCover {
+            entries: (children.range::<str, _>((from, Bound::Unbounded)))
+                .map(|(name, &ino)| (&**name, ino))
+                .peekable(),
+            cover: cover.filter(|(name, _)| match from {
+                Bound::Excluded(last) => *name > last,
+                _ => true,
+            }),
+        });
         let dots = [(dir, ".", 1), (node.parent, "..", 2)];
         Ok(Box::new(dots.into_iter().skip(offset.min(2) as usize).chain(
-            after.map(|(name, &child)| (child, &**name, listing_cookie(child))),
+            (entries.into_iter().flatten()).map(|(name, child)| (child, name, listing_cookie(child))),
         )))
     }
 
     pub fn child(&self, dir: u64, name: &str) -> Option<u64> {
         match &self.nodes.get(&dir)?.entry {
-            Entry::Dir { children } => children.get(name).copied(),
+            Entry::Dir { children, cover } => (children.get(name).copied())
+                .or_else(|| cover.filter(|ino| self.nodes.get(ino).is_some_and(|c| &*c.name == name))),
             _ => None,
         }
     }
@@ -1029,7 +1077,7 @@ impl Tree {
         let Some(node) = self.nodes.get(&ino) else {
             return Vec::new();
         };
-        let Some(Entry::Dir { children }) = self.nodes.get(&node.parent).map(|n| &n.entry) else {
+        let Some(Entry::Dir { children, .. }) = self.nodes.get(&node.parent).map(|n| &n.entry) else {
             return Vec::new();
         };
         use std::ops::Bound::{Excluded, Unbounded};
@@ -1058,7 +1106,8 @@ impl Tree {
         let mut dir = self.nodes.get(&ino).map(|n| n.parent);
         for _ in 0..DIRS_PASSED {
             dir = dir.and_then(|d| self.first_subdir(d).or_else(|| self.next_dir(d)));
-            let Some(Entry::Dir { children }) = dir.and_then(|d| self.nodes.get(&d)).map(|n| &n.entry) else {
+            let Some(Entry::Dir { children, .. }) = dir.and_then(|d| self.nodes.get(&d)).map(|n| &n.entry)
+            else {
                 break;
             };
             let files: Vec<FileEntry> = (children.values())
@@ -1077,7 +1126,7 @@ impl Tree {
 
     /// The first subdirectory of `dir` in listing order.
     fn first_subdir(&self, dir: u64) -> Option<u64> {
-        let Entry::Dir { children } = &self.nodes.get(&dir)?.entry else {
+        let Entry::Dir { children, .. } = &self.nodes.get(&dir)?.entry else {
             return None;
         };
         (children.values().copied()).find(|child| self.nodes.get(child).is_some_and(Node::is_dir))
@@ -1088,7 +1137,7 @@ impl Tree {
     fn next_dir(&self, mut dir: u64) -> Option<u64> {
         while dir != self.root {
             let node = self.nodes.get(&dir)?;
-            let Entry::Dir { children } = &self.nodes.get(&node.parent)?.entry else {
+            let Entry::Dir { children, .. } = &self.nodes.get(&node.parent)?.entry else {
                 return None;
             };
             let after = children.range::<str, _>((Bound::Excluded(&*node.name), Bound::Unbounded));
@@ -1111,10 +1160,10 @@ impl Tree {
     }
 
     fn walk(&self, dir: u64, prefix: &mut String, out: &mut Vec<String>) {
-        let Some(Entry::Dir { children }) = self.nodes.get(&dir).map(|n| &n.entry) else {
+        let Some(Entry::Dir { children, .. }) = self.nodes.get(&dir).map(|n| &n.entry) else {
             return;
         };
-        for (name, &ino) in children {
+        for (name, &ino) in children.iter() {
             let len = prefix.len();
             if !prefix.is_empty() {
                 prefix.push('/');

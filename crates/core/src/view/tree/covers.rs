@@ -135,11 +135,7 @@ impl Tree {
                 out.inodes.push(*ino);
                 return;
             }
-            if let Some(Entry::Dir { children }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
-                children.remove(&**name);
-            }
-            self.nodes.remove(ino);
-            self.cover_count -= 1;
+            self.remove_cover(dir, *ino);
             out.entries.push((dir, name.to_string()));
             out.inodes.push(*ino);
         }
@@ -160,22 +156,39 @@ impl Tree {
         }
         let ino = ino.unwrap_or_else(|| self.free_cover_ino(dir));
         out.entries.push((dir, name.to_string()));
-        self.add_child(dir, name, ino, Entry::Cover(cover));
+        let Some(Entry::Dir { cover: held, .. }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) else {
+            return;
+        };
+        *held = Some(ino);
+        let node = Node {
+            parent: dir,
+            name,
+            entry: Entry::Cover(cover),
+        };
+        self.nodes.insert(ino, node);
         self.cover_count += 1;
+    }
+
+    /// Removes folder `dir`'s cover, node `ino`.
+    fn remove_cover(&mut self, dir: u64, ino: u64) {
+        if let Some(Entry::Dir { cover, .. }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
+            *cover = None;
+        }
+        if self.nodes.remove(&ino).is_some() {
+            self.cover_count -= 1;
+        }
     }
 
     /// The cover node of `dir`: (inode, name, cover).
     fn cover_of(&self, dir: u64) -> Option<(u64, Arc<str>, FolderCover)> {
-        let Entry::Dir { children } = &self.nodes.get(&dir)?.entry else {
+        let Entry::Dir { cover: Some(ino), .. } = &self.nodes.get(&dir)?.entry else {
             return None;
         };
-        self.cover_names.as_ref()?.iter().find_map(|name| {
-            let (name, ino) = children.get_key_value(&**name)?;
-            match self.nodes.get(ino)?.entry {
-                Entry::Cover(cover) => Some((*ino, name.clone(), cover)),
-                _ => None,
-            }
-        })
+        let node = self.nodes.get(ino)?;
+        match node.entry {
+            Entry::Cover(cover) => Some((*ino, node.name.clone(), cover)),
+            _ => None,
+        }
     }
 
     /// An inode for the cover of folder `dir`: from the folder's (so the
@@ -193,30 +206,17 @@ impl Tree {
         ino
     }
 
-    /// Whether folder `dir`, holding one entry at most, is empty once its
-    /// cover (if that entry is it) is gone, pushed to `removed`.
-    pub(super) fn drop_lone_cover(&mut self, dir: u64, removed: &mut Vec<(u64, String)>) -> bool {
-        let Some(Entry::Dir { children }) = self.nodes.get(&dir).map(|n| &n.entry) else {
-            return false;
-        };
-        let Some((name, &ino)) = children.iter().next() else {
-            return true;
-        };
-        if children.len() > 1 || !matches!(self.nodes.get(&ino).map(|n| &n.entry), Some(Entry::Cover(_))) {
-            return false;
+    /// Removes folder `dir`'s cover, if it has one, pushing its entry to
+    /// `removed` (its folder is going).
+    pub(super) fn drop_cover(&mut self, dir: u64, removed: &mut Vec<(u64, String)>) {
+        if let Some((ino, name, _)) = self.cover_of(dir) {
+            self.remove_cover(dir, ino);
+            removed.push((dir, name.to_string()));
         }
-        let name = name.clone();
-        if let Some(Entry::Dir { children }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
-            children.remove(&name);
-        }
-        self.nodes.remove(&ino);
-        self.cover_count -= 1;
-        removed.push((dir, name.to_string()));
-        true
     }
 
     fn most_common_cover(&self, dir: u64) -> Option<FolderCover> {
-        let Some(Entry::Dir { children }) = self.nodes.get(&dir).map(|n| &n.entry) else {
+        let Some(Entry::Dir { children, .. }) = self.nodes.get(&dir).map(|n| &n.entry) else {
             return None;
         };
         if children.len() > MOST_FILES_OF_A_COVERED_FOLDER {

@@ -1,0 +1,168 @@
+//! Folders that hold the same entries share one map of them: an album's
+//! folder is in each view that shows the album (`Artists/A/Album`,
+//! `Albums/Album`, `Genres/Jazz/Album`...), the same files under the same
+//! names. A change to one of them copies the map first
+//! ([`Arc::make_mut`]), so that folder alone changes.
+//!
+//! A build shares them as it goes, never making the copies: a file's
+//! places after its first follow that first place. A folder that held what
+//! the first place's folder held before the file came takes the map that
+//! folder has with it, and the file's name there.
+
+use super::*;
+
+/// A folder's entries.
+pub(super) type Entries = Arc<BTreeMap<Arc<str>, u64>>;
+
+/// A file's first place in a build, which its other places may follow.
+pub(super) struct FirstPlace {
+    ino: u64,
+    stem: String,
+    /// Its folder's entries before the file came.
+    before: Before,
+    /// Its folder's entries with the file.
+    after: Entries,
+    name: Arc<str>,
+}
+
+/// What a first place's folder held before its file came, when another
+/// folder may hold the same: nothing, or a map other folders share (held
+/// here, so that no other map can take its address meanwhile).
+enum Before {
+    Nothing,
+    Shared(Entries),
+}
+
+impl Tree {
+    fn entries_of(&self, dir: u64) -> Option<&Entries> {
+        match &self.nodes.get(&dir)?.entry {
+            Entry::Dir { children, .. } => Some(children),
+            _ => None,
+        }
+    }
+
+    /// Places a file in folder `dir`, its first place in a build: what its
+    /// next places may follow, if the folder held nothing or a map other
+    /// folders share.
+    pub(super) fn place_first(&mut self, dir: u64, stem: String, file: FileEntry) -> Option<FirstPlace> {
+        let ino = file_ino(file.track_id);
+        let before = match self.entries_of(dir) {
+            Some(entries) if entries.is_empty() => Some(Before::Nothing),
+            Some(entries) if Arc::strong_count(entries) > 1 => Some(Before::Shared(entries.clone())),
+            _ => None,
+        };
+        let name = self.insert_file(dir, &stem, file)?;
+        Some(FirstPlace {
+            ino,
+            stem,
+            before: before?,
+            after: self.entries_of(dir)?.clone(),
+            name,
+        })
+    }
+
+    /// Places `first`'s file in folder `dir` as in its first place's, if
+    /// `dir` held what that folder held before the file came and the file
+    /// has the same name here: whether it did.
+    pub(super) fn place_alike(&mut self, dir: u64, stem: &str, first: &FirstPlace) -> bool {
+        let Some(entries) = self.entries_of(dir) else {
+            return false;
+        };
+        let alike = match &first.before {
+            Before::Nothing => entries.is_empty(),
+            Before::Shared(before) => Arc::ptr_eq(entries, before),
+        };
+        if !alike || first.stem != stem {
+            return false;
+        }
+        if let Some(Entry::Dir { children, .. }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
+            *children = first.after.clone();
+        }
+        self.links
+            .entry(first.ino)
+            .or_default()
+            .push((dir, first.name.clone()));
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn place(id: i64, path: &str) -> Placement {
+        Placement {
+            path: path.to_string(),
+            file: FileEntry {
+                track_id: id,
+                format: Format::Flac,
+                name_extension: NameExtension::OfFormat,
+                size: 1,
+                mtime_ns: 0,
+                content_version: 1,
+                cover: None,
+            },
+        }
+    }
+
+    fn entries(tree: &Tree, path: &[&str]) -> Entries {
+        let dir = path
+            .iter()
+            .fold(tree.root(), |dir, name| tree.child(dir, name).expect("a folder"));
+        tree.entries_of(dir).expect("a folder").clone()
+    }
+
+    #[test]
+    fn alike_folders_share_their_entries_until_one_changes() {
+        let mut tree = Tree::build(vec![
+            place(1, "Albums/Blue/01 a"),
+            place(1, "Genres/Jazz/Blue/01 a"),
+            place(1, "Genres/Soul/Blue/01 a"),
+            place(2, "Albums/Blue/02 b"),
+            place(2, "Genres/Jazz/Blue/02 b"),
+            place(2, "Genres/Soul/Blue/02 b"),
+            place(3, "Albums/Red/01 c"),
+            place(3, "Flat/c"),
+        ]);
+        let albums = ["Albums", "Blue"];
+        let (jazz, soul) = (["Genres", "Jazz", "Blue"], ["Genres", "Soul", "Blue"]);
+        assert!(Arc::ptr_eq(&entries(&tree, &albums), &entries(&tree, &jazz)));
+        assert!(Arc::ptr_eq(&entries(&tree, &albums), &entries(&tree, &soul)));
+        assert!(!Arc::ptr_eq(
+            &entries(&tree, &albums),
+            &entries(&tree, &["Albums", "Red"])
+        ));
+        assert_eq!(tree.link_count(file_ino(2)), 3);
+        // Track 2 leaves soul: that folder alone loses it.
+        let mut out = Invalidations::default();
+        let places = vec![place(2, "Albums/Blue/02 b"), place(2, "Genres/Jazz/Blue/02 b")];
+        tree.replace(file_ino(2), places, &mut out);
+        assert_eq!(entries(&tree, &albums).len(), 2);
+        assert_eq!(entries(&tree, &soul).len(), 1);
+        assert_eq!(
+            tree.file_paths(),
+            [
+                "Albums/Blue/01 a.flac",
+                "Albums/Blue/02 b.flac",
+                "Albums/Red/01 c.flac",
+                "Flat/c.flac",
+                "Genres/Jazz/Blue/01 a.flac",
+                "Genres/Jazz/Blue/02 b.flac",
+                "Genres/Soul/Blue/01 a.flac"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_folder_that_differs_is_placed_in_on_its_own() {
+        // Jazz holds a track Albums/Blue does not: the next ones go in alone.
+        let tree = Tree::build(vec![
+            place(1, "Genres/Jazz/Blue/00 intro"),
+            place(2, "Albums/Blue/01 a"),
+            place(2, "Genres/Jazz/Blue/01 a"),
+        ]);
+        let jazz = entries(&tree, &["Genres", "Jazz", "Blue"]);
+        assert_eq!(jazz.len(), 2);
+        assert_eq!(entries(&tree, &["Albums", "Blue"]).len(), 1);
+    }
+}
