@@ -1184,7 +1184,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn place(id: i64, path: &str) -> Placement {
+    pub(super) fn place(id: i64, path: &str) -> Placement {
         Placement {
             path: path.to_string(),
             file: FileEntry {

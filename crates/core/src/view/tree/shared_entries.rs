@@ -89,21 +89,7 @@ impl Tree {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn place(id: i64, path: &str) -> Placement {
-        Placement {
-            path: path.to_string(),
-            file: FileEntry {
-                track_id: id,
-                format: Format::Flac,
-                name_extension: NameExtension::OfFormat,
-                size: 1,
-                mtime_ns: 0,
-                content_version: 1,
-                cover: None,
-            },
-        }
-    }
+    use crate::view::tree::tests::place;
 
     fn entries(tree: &Tree, path: &[&str]) -> Entries {
         let dir = path
