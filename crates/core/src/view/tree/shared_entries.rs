@@ -14,6 +14,12 @@ use super::*;
 /// A folder's entries.
 pub(super) type Entries = Arc<BTreeMap<Arc<str>, u64>>;
 
+/// Folders of more entries than this stop sharing them in a build: a
+/// shared map is copied at each file its first folder takes, which a
+/// large one (a flat view alike in two views) would make quadratic. Past
+/// this, each folder copies the map once and grows its own.
+const MOST_SHARED_ENTRIES: usize = 500;
+
 /// A file's first place in a build, which its other places may follow.
 pub(super) struct FirstPlace {
     ino: u64,
@@ -48,7 +54,9 @@ impl Tree {
         let ino = file_ino(file.track_id);
         let before = match self.entries_of(dir) {
             Some(entries) if entries.is_empty() => Some(Before::Nothing),
-            Some(entries) if Arc::strong_count(entries) > 1 => Some(Before::Shared(entries.clone())),
+            Some(entries) if Arc::strong_count(entries) > 1 && entries.len() < MOST_SHARED_ENTRIES => {
+                Some(Before::Shared(entries.clone()))
+            }
             _ => None,
         };
         let name = self.insert_file(dir, &stem, file)?;
@@ -137,6 +145,59 @@ mod tests {
                 "Genres/Soul/Blue/01 a.flac"
             ]
         );
+    }
+
+    #[test]
+    fn large_folders_stop_sharing_and_stay_alike() {
+        let placements = (1..=MOST_SHARED_ENTRIES as i64 + 10)
+            .flat_map(|id| [place(id, &format!("A/{id}")), place(id, &format!("B/{id}"))])
+            .collect();
+        let tree = Tree::build(placements);
+        let (a, b) = (entries(&tree, &["A"]), entries(&tree, &["B"]));
+        assert!(!Arc::ptr_eq(&a, &b));
+        assert_eq!(a, b);
+        assert_eq!(a.len(), MOST_SHARED_ENTRIES + 10);
+    }
+
+    proptest::proptest! {
+        /// A build, following first places, makes the tree that placing
+        /// each track one by one makes.
+        #[test]
+        fn a_build_is_the_tree_of_its_places_one_by_one(
+            tracks in proptest::collection::vec(
+                proptest::collection::vec(("[ab]{1}", "[ab]{0,1}", "[xy ]{0,2}"), 1..4),
+                1..30,
+            )
+        ) {
+            let placements: Vec<Placement> = (tracks.iter().enumerate())
+                .flat_map(|(i, places)| {
+                    let id = i as i64 + 1;
+                    places.iter().map(move |(top, mid, stem)| place(id, &format!("{top}/{mid}/{stem}")))
+                })
+                .collect();
+            let built = Tree::build(placements.clone());
+            let mut one_by_one = Tree::new();
+            let mut by_track: Vec<Vec<Placement>> = Vec::new();
+            for p in placements {
+                match by_track.last_mut() {
+                    Some(last) if last[0].file.track_id == p.file.track_id => last.push(p),
+                    _ => by_track.push(vec![p]),
+                }
+            }
+            for places in by_track {
+                for p in places {
+                    one_by_one.place(p);
+                }
+            }
+            proptest::prop_assert_eq!(built.file_paths(), one_by_one.file_paths());
+            let places = |tree: &Tree, ino: u64| -> Vec<(Option<String>, String)> {
+                let places = tree.places(ino).into_iter();
+                places.map(|(parent, name)| (tree.path(parent), name.to_string())).collect()
+            };
+            for ino in (1..=tracks.len() as i64).map(file_ino) {
+                proptest::prop_assert_eq!(places(&built, ino), places(&one_by_one, ino));
+            }
+        }
     }
 
     #[test]
