@@ -153,12 +153,8 @@ impl View {
 
     /// Notes in `matched` the playlists a track read by a refresh matches.
     pub(super) fn note_matching_playlists(&self, track: &TrackBundle, matched: &mut Vec<usize>) {
-        if self.config.playlists.is_empty() {
-            return;
-        }
-        let track = QueryTrack::of(track);
-        for (index, spec) in self.config.playlists.iter().enumerate() {
-            if !matched.contains(&index) && spec.query.matches(&track) {
+        for index in playlists_matching(&self.config.playlists, track) {
+            if !matched.contains(&index) {
                 matched.push(index);
             }
         }
@@ -278,6 +274,18 @@ fn served_playlist(index: usize, made: &MadePlaylist) -> ServedFile {
         content_type: "audio/x-mpegurl",
         track_id: None,
     }
+}
+
+/// The playlists (by place in `specs`) whose query `track` matches.
+pub(super) fn playlists_matching(specs: &[PlaylistSpec], track: &TrackBundle) -> Vec<usize> {
+    if specs.is_empty() {
+        return Vec::new();
+    }
+    let track = QueryTrack::of(track);
+    (specs.iter().enumerate())
+        .filter(|(_, spec)| spec.query.matches(&track))
+        .map(|(index, _)| index)
+        .collect()
 }
 
 /// A track a playlist's query matched: its row and tags.

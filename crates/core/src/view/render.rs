@@ -2,7 +2,7 @@
 //! template, and the size of its served file.
 
 use super::*;
-use crate::view::playlists::Found;
+use crate::view::playlists::{playlists_matching, Found};
 use crate::view::tree::CoverArt;
 
 /// How files are served.
@@ -161,11 +161,7 @@ pub(super) fn load_view(
                         } else {
                             placed_batch.extend(placements(config, &b, &fields));
                         }
-                        let track = QueryTrack::of(&b);
-                        let matched: Vec<usize> = (playlists.iter().enumerate())
-                            .filter(|(_, spec)| spec.query.matches(&track))
-                            .map(|(index, _)| index)
-                            .collect();
+                        let matched = playlists_matching(playlists, &b);
                         if let Some((&last, others)) = matched.split_last() {
                             for &index in others {
                                 found.push((index, (b.track.clone(), b.tags.clone())));

@@ -259,18 +259,10 @@ mod tests {
     }
 
     fn placed(id: i64, path: &str, cover: Option<i64>) -> Placement {
-        Placement {
-            path: path.to_string(),
-            file: FileEntry {
-                track_id: id,
-                format: Format::Flac,
-                name_extension: NameExtension::OfFormat,
-                size: 1,
-                mtime_ns: id,
-                content_version: 1,
-                cover: cover.map(art),
-            },
-        }
+        let mut placed = crate::view::tree::tests::place(id, path);
+        placed.file.mtime_ns = id;
+        placed.file.cover = cover.map(art);
+        placed
     }
 
     fn tree_of(placements: Vec<Placement>) -> Tree {
