@@ -710,21 +710,8 @@ mod tests {
         let track = TrackRow {
             id: 1,
             backing_path: "/m/a.flac".into(),
-            format: Format::Flac,
-            audio_offset: 0,
-            audio_length: 0,
-            stamps: Stamps {
-                size: 0,
-                mtime_ns: 0,
-                ctime_ns: 0,
-            },
             content_version: 1,
-            passthrough: None,
-            changed_at: 0,
-            vendor: None,
-            remote_etag: None,
-            added_at: 0,
-            duration_ms: None,
+            ..no_track()
         };
         let disc = |tags: &[(&str, &str)]| {
             let tags: Vec<(String, String)> =

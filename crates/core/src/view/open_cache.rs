@@ -73,7 +73,7 @@ impl OpenCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use retagfs_store::{Format, Stamps};
+    use retagfs_store::Stamps;
 
     #[test]
     fn the_open_cache_holds_a_bounded_number_of_small_files() {
@@ -83,8 +83,6 @@ mod tests {
             let track = TrackRow {
                 id,
                 backing_path: format!("/m/{id}.flac"),
-                format: Format::Flac,
-                audio_offset: 0,
                 audio_length: 1000,
                 stamps: Stamps {
                     size: 1000,
@@ -92,12 +90,7 @@ mod tests {
                     ctime_ns: 0,
                 },
                 content_version: 1,
-                passthrough: None,
-                changed_at: 0,
-                vendor: None,
-                remote_etag: None,
-                added_at: 0,
-                duration_ms: None,
+                ..crate::view::no_track()
             };
             cache.put(&track, layout.clone());
             assert!(cache.get(id, 1).is_some(), "the file just put is held");
