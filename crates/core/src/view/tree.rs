@@ -13,10 +13,15 @@ use std::time::SystemTime;
 
 use retagfs_store::Format;
 use sha2::{Digest, Sha256};
+use thin_vec::ThinVec;
 
 mod covers;
 mod shared_entries;
 pub use covers::{CoverArt, FolderCover};
+
+/// A name in the tree: one pointer, its text held once however many
+/// folders' maps and places of a file hold it.
+pub type Name = arcstr::ArcStr;
 
 pub const ROOT_INO: u64 = 1;
 /// File inodes are `FILE_INO_BASE + track id`.
@@ -118,7 +123,7 @@ pub enum Entry {
     /// it has one, beside them ([`covers`]), so that a cover of its own
     /// does not keep a folder's entries from being shared.
     Dir {
-        children: Arc<BTreeMap<Arc<str>, u64>>,
+        children: Arc<BTreeMap<Name, u64>>,
         cover: Option<u64>,
     },
     File(FileEntry),
@@ -132,7 +137,7 @@ pub enum Entry {
 #[derive(Debug, Clone)]
 pub struct Node {
     pub parent: u64,
-    pub name: Arc<str>,
+    pub name: Name,
     pub entry: Entry,
 }
 
@@ -243,7 +248,7 @@ pub struct Tree {
     rendered: HashMap<u64, u64>,
     /// The other places of a file placed more than once (several views):
     /// (parent, name) of each; its node holds the first.
-    links: HashMap<u64, Vec<(u64, Arc<str>)>>,
+    links: HashMap<u64, ThinVec<(u64, Name)>>,
     /// When a live refresh last changed a directory's entries. Served as
     /// the directory's mtime: the kernel drops a cached listing whose
     /// directory mtime changed (which closes the race of a listing read
@@ -258,7 +263,7 @@ pub struct Tree {
     next_dir_ino: Option<u64>,
     /// The names of folders' covers (`cover.jpg`, `cover.png`), shared by
     /// them all; None: no covers.
-    cover_names: Option<[Arc<str>; 2]>,
+    cover_names: Option<[Name; 2]>,
     /// Covers in the tree.
     cover_count: usize,
     /// The playlists' inodes, in the configuration's order.
@@ -541,7 +546,7 @@ impl Tree {
             root,
             Node {
                 parent,
-                name: Arc::from(""),
+                name: Name::new(),
                 entry: Entry::empty_dir(),
             },
         );
@@ -670,7 +675,7 @@ impl Tree {
     /// How many places a file is in (0 for no file).
     pub fn link_count(&self, ino: u64) -> usize {
         match self.nodes.get(&ino).map(|n| &n.entry) {
-            Some(Entry::File(_)) => 1 + self.links.get(&ino).map_or(0, Vec::len),
+            Some(Entry::File(_)) => 1 + self.links.get(&ino).map_or(0, |places| places.len()),
             _ => 0,
         }
     }
@@ -699,7 +704,7 @@ impl Tree {
     }
 
     /// The name a node has in directory `dir`, if it is there.
-    fn name_in(&self, dir: u64, ino: u64) -> Option<&Arc<str>> {
+    fn name_in(&self, dir: u64, ino: u64) -> Option<&Name> {
         let node = self.nodes.get(&ino)?;
         if node.parent == dir {
             return Some(&node.name);
@@ -764,7 +769,7 @@ impl Tree {
 
     /// Removes entry `name` of directory `parent`, then each directory that
     /// leaves empty, pushing (parent, name) of each entry removed.
-    fn unlink(&mut self, mut parent: u64, mut name: Arc<str>, removed: &mut Vec<(u64, String)>) {
+    fn unlink(&mut self, mut parent: u64, mut name: Name, removed: &mut Vec<(u64, String)>) {
         loop {
             let parent_empty = match self.nodes.get_mut(&parent).map(|n| &mut n.entry) {
                 Some(Entry::Dir { children, .. }) => {
@@ -834,8 +839,8 @@ impl Tree {
         ino
     }
 
-    fn add_child(&mut self, parent: u64, name: impl Into<Arc<str>>, ino: u64, entry: Entry) {
-        let name: Arc<str> = name.into();
+    fn add_child(&mut self, parent: u64, name: impl Into<Name>, ino: u64, entry: Entry) {
+        let name: Name = name.into();
         if let Some(Entry::Dir { children, .. }) = self.nodes.get_mut(&parent).map(|n| &mut n.entry) {
             Arc::make_mut(children).insert(name.clone(), ino);
         }
@@ -845,7 +850,7 @@ impl Tree {
     /// Adds a file under `dir`, suffixing ` (2)`, ` (3)`... on a name clash:
     /// the name of its new place. A file already in the tree gets one more
     /// place (none more in a directory it is in already: None).
-    pub fn insert_file(&mut self, dir: u64, stem: &str, file: FileEntry) -> Option<Arc<str>> {
+    pub fn insert_file(&mut self, dir: u64, stem: &str, file: FileEntry) -> Option<Name> {
         let ino = file_ino(file.track_id);
         let numbered;
         let stem = if stem.is_empty() {
@@ -857,7 +862,7 @@ impl Tree {
         let ext = file.extension();
         let name = file_name(stem, "", ext);
         let (placed, name) = match self.nodes.get(&ino) {
-            None => (false, Arc::from(name)),
+            None => (false, Name::from(name)),
             Some(node) => {
                 let others = self.links.get(&ino).into_iter().flatten();
                 let mut places = std::iter::once((node.parent, &node.name))
@@ -873,7 +878,7 @@ impl Tree {
                 }
                 // Views mostly name a track alike in each folder it is in:
                 // its places share one copy of the name.
-                (true, alike.unwrap_or_else(|| Arc::from(name)))
+                (true, alike.unwrap_or_else(|| Name::from(name)))
             }
         };
         // Mostly the name is free: one search of the folder finds and takes it.
@@ -888,7 +893,7 @@ impl Tree {
             _ => false,
         };
         let name = if taken {
-            let name: Arc<str> = self.suffixed_file_name(dir, stem, ext, &name).into();
+            let name: Name = self.suffixed_file_name(dir, stem, ext, &name).into();
             if let Some(Entry::Dir { children, .. }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
                 Arc::make_mut(children).insert(name.clone(), ino);
             }

@@ -67,14 +67,14 @@ impl Tree {
     pub(super) fn set_cover_name(&mut self, base: Option<Arc<str>>) {
         self.cover_names = base.as_ref().map(|base| {
             [
-                Arc::from(format!("{base}.jpg").as_str()),
-                Arc::from(format!("{base}.png").as_str()),
+                Name::from(format!("{base}.jpg")),
+                Name::from(format!("{base}.png")),
             ]
         });
     }
 
     /// The name of a cover of `art`'s kind, shared by every such cover.
-    fn cover_file_name(&self, art: &CoverArt) -> Option<Arc<str>> {
+    fn cover_file_name(&self, art: &CoverArt) -> Option<Name> {
         let [jpg, png] = self.cover_names.as_ref()?;
         Some(if art.png { png.clone() } else { jpg.clone() })
     }
@@ -180,7 +180,7 @@ impl Tree {
     }
 
     /// The cover node of `dir`: (inode, name, cover).
-    fn cover_of(&self, dir: u64) -> Option<(u64, Arc<str>, FolderCover)> {
+    fn cover_of(&self, dir: u64) -> Option<(u64, Name, FolderCover)> {
         let Entry::Dir { cover: Some(ino), .. } = &self.nodes.get(&dir)?.entry else {
             return None;
         };

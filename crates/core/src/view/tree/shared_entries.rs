@@ -12,7 +12,7 @@
 use super::*;
 
 /// A folder's entries.
-pub(super) type Entries = Arc<BTreeMap<Arc<str>, u64>>;
+pub(super) type Entries = Arc<BTreeMap<Name, u64>>;
 
 /// Folders of more entries than this stop sharing them in a build: a
 /// shared map is copied at each file its first folder takes, which a
@@ -28,7 +28,7 @@ pub(super) struct FirstPlace {
     before: Before,
     /// Its folder's entries with the file.
     after: Entries,
-    name: Arc<str>,
+    name: Name,
 }
 
 /// What a first place's folder held before its file came, when another
