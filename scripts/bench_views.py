@@ -5,6 +5,8 @@ two smart playlists, at 20k and the large library, the two taking
 turns in one run: mount to the first `ls`, the daemon's memory after it,
 and the daemon's own refresh time for a retag of one track (from the
 `mount -v` log; median of 20 retags), which updates every view it is in.
+Then a row a part of the configuration (PARTS), each mounted alone in
+turns with one view: what each part costs.
 
 The libraries are bench.py's tiny FLACs, each album given two genres
 through `retagfs import`."""
@@ -18,28 +20,14 @@ import sqlite3
 import subprocess
 import time
 
-FIVE_VIEWS = '''
-[[view]]
-name = "Artists"
-template = "${albumartist|artist}/$album/${tracknumber:02} $title"
-
-[[view]]
-name = "Albums"
-template = "$album/${tracknumber:02} $title"
-
-[[view]]
-name = "Years"
-template = "$date/$album/${tracknumber:02} $title"
-
-[[view]]
-name = "Recently added"
-template = "$artist - $title"
-query = "added:-30d.."
-
-[[view]]
-name = "Genres"
-template = "${genre*}/$album/${tracknumber:02} $title"
-
+VIEW_TABLES = {
+    "Artists": 'template = "${albumartist|artist}/$album/${tracknumber:02} $title"',
+    "Albums": 'template = "$album/${tracknumber:02} $title"',
+    "Years": 'template = "$date/$album/${tracknumber:02} $title"',
+    "Recently added": 'template = "$artist - $title"\nquery = "added:-30d.."',
+    "Genres": 'template = "${genre*}/$album/${tracknumber:02} $title"',
+}
+PLAYLIST_TABLES = '''
 [[playlist]]
 name = "Genre 3"
 query = 'genre:="Genre 3"'
@@ -50,6 +38,24 @@ name = "Openers"
 query = "tracknumber:1"
 sort = "-added"
 '''
+
+
+def configuration(views=tuple(VIEW_TABLES), playlists=True):
+    """The TOML of `views` (names of VIEW_TABLES), with the playlists or not."""
+    tables = "".join(f'\n[[view]]\nname = "{name}"\n{VIEW_TABLES[name]}\n' for name in views)
+    return tables + (PLAYLIST_TABLES if playlists else "")
+
+
+FIVE_VIEWS = configuration()
+# What each part of the five views' configuration costs, each mounted
+# alone: (label, configuration, extra mount options).
+PARTS = [
+    ("five views, no covers, no playlists", configuration(playlists=False), ["--covers", "false"]),
+    ("five views with covers", configuration(playlists=False), []),
+    ("five views with playlists", FIVE_VIEWS, ["--covers", "false"]),
+    ("all of it", FIVE_VIEWS, []),
+    ("all of it but Recently added", configuration([v for v in VIEW_TABLES if v != "Recently added"]), []),
+]
 REFRESH = re.compile(r"refresh: 1 track\(s\) changed.* in ([0-9.]+) ms")
 RETAGS = 20
 TARGETS = {"mount": 2.0, "memory": 1.5, "retag_ms": 1.0}
@@ -159,3 +165,33 @@ def bench(b, work, tracks, scale, runs):
               b.spread([t / 1000 for t in one["retag"]]) if one["retag"] else None,
               note=f"direct = one view; median {median:.3f} ms over {len(five['retag'])} retags; "
                    f"<= {TARGETS['retag_ms']} ms: {'met' if median <= TARGETS['retag_ms'] else 'MISSED'}")
+        parts(b, work, db, n, runs)
+
+
+def parts(b, work, db, n, runs):
+    """A row a part of the configuration (PARTS), each mounted alone, all
+    taking turns with one view: its memory against one view's, and its
+    mount time in the note."""
+    sides = [("one view", None, [])] + PARTS
+    figures = {label: {"up": [], "rss": []} for label, _, _ in sides}
+    for r in range(runs):
+        for i, (label, config, extra) in enumerate(sides):
+            options = list(extra)
+            if config is not None:
+                path = os.path.join(work, f"part-{i}.toml")
+                with open(path, "w") as f:
+                    f.write(config)
+                options += ["--config", path]
+            m = Logged(b, db, os.path.join(work, "mnt-views-part"), *options)
+            try:
+                figures[label]["up"].append(m.up)
+                figures[label]["rss"].append(m.rss)
+            finally:
+                m.stop()
+    one = figures["one view"]
+    for label, _, _ in PARTS:
+        part = figures[label]
+        b.row("views", f"part: {label}, {n} tracks", statistics.median(part["rss"]),
+              statistics.median(one["rss"]), unit="MiB",
+              note=f"direct = one view; mount {statistics.median(part['up']):.3f} s "
+                   f"against {statistics.median(one['up']):.3f} s")
