@@ -125,6 +125,11 @@ pub enum Entry {
     Dir {
         children: Arc<BTreeMap<Name, u64>>,
         cover: Option<u64>,
+        /// The folders that shared their entries with this one while the
+        /// tree was built, this one among them ([`shared_entries`]): a file
+        /// one of them holds under the name it has in another is in both,
+        /// without a place of its own kept for each.
+        twins: Option<Arc<[u64]>>,
     },
     File(FileEntry),
     /// A folder's cover ([`covers`]).
@@ -146,6 +151,7 @@ impl Entry {
         Entry::Dir {
             children: Arc::default(),
             cover: None,
+            twins: None,
         }
     }
 }
@@ -247,7 +253,9 @@ pub struct Tree {
     /// paths themselves would cost ~100 bytes per track).
     rendered: HashMap<u64, u64>,
     /// The other places of a file placed more than once (several views):
-    /// (parent, name) of each; its node holds the first.
+    /// (parent, name) of each; its node holds the first. A place in a twin
+    /// of one of these folders, under the same name, is not kept
+    /// ([`Tree::places`]).
     links: HashMap<u64, ThinVec<(u64, Name)>>,
     /// When a live refresh last changed a directory's entries. Served as
     /// the directory's mtime: the kernel drops a cached listing whose
@@ -288,6 +296,9 @@ pub struct TreeBuilder {
     /// The first place of the file being placed, which its other places
     /// follow where they can ([`shared_entries`]).
     first_place: Option<shared_entries::FirstPlace>,
+    /// The folders that followed first places, by the folders they
+    /// followed: twins once the tree is built.
+    followed: shared_entries::Followed,
 }
 
 impl TreeBuilder {
@@ -328,7 +339,7 @@ impl TreeBuilder {
         };
         match &self.first_place {
             None if next_file => self.first_place = self.tree.place_first(dir, stem, p.file),
-            Some(first) if self.tree.place_alike(dir, &stem, first) => {}
+            Some(first) if self.tree.place_alike(dir, &stem, first) => self.followed.join(first.dir, dir),
             _ => {
                 self.tree.insert_file(dir, &stem, p.file);
             }
@@ -345,6 +356,7 @@ impl TreeBuilder {
     pub fn finish(mut self) -> Tree {
         let last = self.rendering.take();
         self.note_rendering(last);
+        self.tree.set_twins(self.followed);
         self.tree.sync_all_covers();
         // Places are only added one by one after this, by refreshes.
         for places in self.tree.links.values_mut() {
@@ -674,33 +686,71 @@ impl Tree {
 
     /// How many places a file is in (0 for no file).
     pub fn link_count(&self, ino: u64) -> usize {
-        match self.nodes.get(&ino).map(|n| &n.entry) {
-            Some(Entry::File(_)) => 1 + self.links.get(&ino).map_or(0, |places| places.len()),
+        match self.nodes.get(&ino) {
+            Some(node) if matches!(node.entry, Entry::File(_)) => {
+                let alone = !self.links.contains_key(&ino)
+                    && self.twins_holding(node.parent, &node.name, ino).next().is_none();
+                if alone {
+                    1
+                } else {
+                    self.places(ino).len()
+                }
+            }
             _ => 0,
         }
     }
 
     /// Every (parent, name) a node is at: one for a directory, one or more
-    /// for a file.
-    fn places(&self, ino: u64) -> Vec<(u64, &str)> {
+    /// for a file: its places kept, each followed by the twins of its
+    /// folder that hold the file under the same name.
+    fn places(&self, ino: u64) -> Vec<(u64, &Name)> {
         let Some(node) = self.nodes.get(&ino) else {
             return Vec::new();
         };
         let links = self.links.get(&ino).into_iter().flatten();
-        std::iter::once((node.parent, &*node.name))
-            .chain(links.map(|(parent, name)| (*parent, &**name)))
-            .collect()
+        let kept =
+            std::iter::once((node.parent, &node.name)).chain(links.map(|(parent, name)| (*parent, name)));
+        let mut places: Vec<(u64, &Name)> = Vec::new();
+        for (parent, name) in kept {
+            for folder in std::iter::once(parent).chain(self.twins_holding(parent, name, ino)) {
+                if !places.iter().any(|(held, same)| *held == folder && *same == name) {
+                    places.push((folder, name));
+                }
+            }
+        }
+        places
     }
 
-    /// Whether node `ino` is in both trees at the same places (without
-    /// listing them: a reload compares every node).
+    /// The twins of `folder` (not itself) that hold `ino` as `name`.
+    fn twins_holding<'a>(&'a self, folder: u64, name: &'a str, ino: u64) -> impl Iterator<Item = u64> + 'a {
+        let twins = match self.nodes.get(&folder).map(|n| &n.entry) {
+            Some(Entry::Dir {
+                twins: Some(twins), ..
+            }) => &twins[..],
+            _ => &[],
+        };
+        (twins.iter().copied()).filter(move |&twin| twin != folder && self.child(twin, name) == Some(ino))
+    }
+
+    /// Whether node `ino` is in both trees at the same places.
     fn same_places(&self, other: &Tree, ino: u64) -> bool {
         match (self.nodes.get(&ino), other.nodes.get(&ino)) {
             (Some(a), Some(b)) => {
-                a.parent == b.parent && a.name == b.name && self.links.get(&ino) == other.links.get(&ino)
+                a.parent == b.parent
+                    && a.name == b.name
+                    && self.sorted_places(ino) == other.sorted_places(ino)
             }
             _ => false,
         }
+    }
+
+    /// A node's places in (parent, name) order.
+    fn sorted_places(&self, ino: u64) -> Vec<(u64, &str)> {
+        let mut places: Vec<(u64, &str)> = (self.places(ino).into_iter())
+            .map(|(parent, name)| (parent, name.as_str()))
+            .collect();
+        places.sort_unstable();
+        places
     }
 
     /// The name a node has in directory `dir`, if it is there.
@@ -709,11 +759,7 @@ impl Tree {
         if node.parent == dir {
             return Some(&node.name);
         }
-        let links = self.links.get(&ino)?;
-        links
-            .iter()
-            .find(|(parent, _)| *parent == dir)
-            .map(|(_, name)| name)
+        (self.places(ino).into_iter()).find_map(|(parent, name)| (parent == dir).then_some(name))
     }
 
     /// What the kernel must forget when `self` is replaced by `new`.
@@ -757,10 +803,12 @@ impl Tree {
         if !matches!(self.nodes.get(&ino).map(|n| &n.entry), Some(Entry::File(_))) {
             return removed;
         }
-        let node = self.nodes.remove(&ino).expect("a file, above");
+        let places: Vec<(u64, Name)> = (self.places(ino).into_iter())
+            .map(|(parent, name)| (parent, name.clone()))
+            .collect();
+        self.nodes.remove(&ino);
+        self.links.remove(&ino);
         self.rendered.remove(&ino);
-        let mut places = vec![(node.parent, node.name)];
-        places.extend(self.links.remove(&ino).unwrap_or_default());
         for (parent, name) in places {
             self.unlink(parent, name, &mut removed);
         }
@@ -864,21 +912,20 @@ impl Tree {
         let (placed, name) = match self.nodes.get(&ino) {
             None => (false, Name::from(name)),
             Some(node) => {
-                let others = self.links.get(&ino).into_iter().flatten();
-                let mut places = std::iter::once((node.parent, &node.name))
-                    .chain(others.map(|(parent, name)| (*parent, name)));
-                let mut alike = None;
-                if places.any(|(parent, held)| {
-                    if alike.is_none() && **held == *name {
-                        alike = Some(held.clone());
-                    }
-                    parent == dir
-                }) {
+                let places = self.places(ino);
+                // (A twin that took the file while the tree is built holds
+                // it as it is named in its first place.)
+                if places.iter().any(|(parent, _)| *parent == dir) || self.child(dir, &node.name) == Some(ino)
+                {
                     return None;
                 }
                 // Views mostly name a track alike in each folder it is in:
                 // its places share one copy of the name.
-                (true, alike.unwrap_or_else(|| Name::from(name)))
+                let alike = places.iter().find(|(_, held)| ***held == *name);
+                (
+                    true,
+                    alike.map_or_else(|| Name::from(name), |(_, held)| (*held).clone()),
+                )
             }
         };
         // Mostly the name is free: one search of the folder finds and takes it.
@@ -960,7 +1007,7 @@ impl Tree {
     /// and the refresh made the kernel list the directory anew.
     pub fn listing(&self, dir: u64, offset: u64) -> Result<Listing<'_>, ListingError> {
         let node = self.nodes.get(&dir).ok_or(ListingError::NotFound)?;
-        let Entry::Dir { children, cover } = &node.entry else {
+        let Entry::Dir { children, cover, .. } = &node.entry else {
             return Err(ListingError::NotADirectory);
         };
         let from = match offset {
@@ -990,7 +1037,7 @@ impl Tree {
 
     pub fn child(&self, dir: u64, name: &str) -> Option<u64> {
         match &self.nodes.get(&dir)?.entry {
-            Entry::Dir { children, cover } => (children.get(name).copied())
+            Entry::Dir { children, cover, .. } => (children.get(name).copied())
                 .or_else(|| cover.filter(|ino| self.nodes.get(ino).is_some_and(|c| &*c.name == name))),
             _ => None,
         }
@@ -1052,7 +1099,7 @@ impl Tree {
             if top.is_some_and(|top| parts.first() != Some(&top)) {
                 return None;
             }
-            parts.push(name);
+            parts.push(name.as_str());
             Some(parts.join("/"))
         })
     }

@@ -8,6 +8,13 @@
 //! places after its first follow that first place. A folder that held what
 //! the first place's folder held before the file came takes the map that
 //! folder has with it, and the file's name there.
+//!
+//! Folders that followed one another are twins once the tree is built, and
+//! a file's place in a twin, under the name it has in its first place, is
+//! not kept: [`Tree::places`] finds it (a folder that stopped following
+//! still holds the files it had, and one that holds a file under another
+//! name keeps that place). So views alike cost a folder each, not a place
+//! per file.
 
 use super::*;
 
@@ -22,13 +29,13 @@ const MOST_SHARED_ENTRIES: usize = 500;
 
 /// A file's first place in a build, which its other places may follow.
 pub(super) struct FirstPlace {
-    ino: u64,
+    /// Its folder.
+    pub(super) dir: u64,
     stem: String,
     /// Its folder's entries before the file came.
     before: Before,
     /// Its folder's entries with the file.
     after: Entries,
-    name: Name,
 }
 
 /// What a first place's folder held before its file came, when another
@@ -51,7 +58,6 @@ impl Tree {
     /// next places may follow, if the folder held nothing or a map other
     /// folders share.
     pub(super) fn place_first(&mut self, dir: u64, stem: String, file: FileEntry) -> Option<FirstPlace> {
-        let ino = file_ino(file.track_id);
         let before = match self.entries_of(dir) {
             Some(entries) if entries.is_empty() => Some(Before::Nothing),
             Some(entries) if Arc::strong_count(entries) > 1 && entries.len() < MOST_SHARED_ENTRIES => {
@@ -59,19 +65,19 @@ impl Tree {
             }
             _ => None,
         };
-        let name = self.insert_file(dir, &stem, file)?;
+        self.insert_file(dir, &stem, file)?;
         Some(FirstPlace {
-            ino,
+            dir,
             stem,
             before: before?,
             after: self.entries_of(dir)?.clone(),
-            name,
         })
     }
 
     /// Places `first`'s file in folder `dir` as in its first place's, if
     /// `dir` held what that folder held before the file came and the file
-    /// has the same name here: whether it did.
+    /// has the same name here: whether it did (the place is not kept: the
+    /// builder makes `dir` a twin of the first place's folder).
     pub(super) fn place_alike(&mut self, dir: u64, stem: &str, first: &FirstPlace) -> bool {
         let Some(entries) = self.entries_of(dir) else {
             return false;
@@ -86,11 +92,68 @@ impl Tree {
         if let Some(Entry::Dir { children, .. }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
             *children = first.after.clone();
         }
-        self.links
-            .entry(first.ino)
-            .or_default()
-            .push((dir, first.name.clone()));
         true
+    }
+
+    /// Makes each group of folders that followed one another twins.
+    pub(super) fn set_twins(&mut self, followed: Followed) {
+        for group in followed.groups() {
+            let twins: Arc<[u64]> = group.into();
+            for folder in twins.iter() {
+                if let Some(Entry::Dir { twins: held, .. }) = self.nodes.get_mut(folder).map(|n| &mut n.entry)
+                {
+                    *held = Some(twins.clone());
+                }
+            }
+        }
+    }
+}
+
+/// Folders joined when one followed another's first place: a forest of
+/// each folder's parent in its group, the root standing for the group.
+#[derive(Default)]
+pub(super) struct Followed {
+    parent: HashMap<u64, u64>,
+}
+
+impl Followed {
+    /// The root of `folder`'s group, each folder on the way pointed at it.
+    fn root(&mut self, folder: u64) -> u64 {
+        let mut root = folder;
+        while let Some(&up) = self.parent.get(&root).filter(|&&up| up != root) {
+            root = up;
+        }
+        let mut at = folder;
+        while at != root {
+            at = self.parent.insert(at, root).unwrap_or(root);
+        }
+        root
+    }
+
+    /// Puts `follower`, which followed a first place in `first`, in
+    /// `first`'s group.
+    pub(super) fn join(&mut self, first: u64, follower: u64) {
+        let (a, b) = (self.root(first), self.root(follower));
+        if a != b {
+            self.parent.insert(a, a);
+            self.parent.insert(b, a);
+        }
+    }
+
+    /// The groups, each in inode order.
+    fn groups(mut self) -> Vec<Vec<u64>> {
+        let folders: Vec<u64> = self.parent.keys().copied().collect();
+        let mut groups: HashMap<u64, Vec<u64>> = HashMap::default();
+        for folder in folders {
+            let root = self.root(folder);
+            groups.entry(root).or_default().push(folder);
+        }
+        (groups.into_values())
+            .map(|mut group| {
+                group.sort_unstable();
+                group
+            })
+            .collect()
     }
 }
 
@@ -159,6 +222,16 @@ mod tests {
         assert_eq!(a.len(), MOST_SHARED_ENTRIES + 10);
     }
 
+    /// A file's places as (folder path, name), in order.
+    fn places_by_path(tree: &Tree, ino: u64) -> Vec<(Option<String>, String)> {
+        let places = tree.places(ino).into_iter();
+        let mut places: Vec<_> = places
+            .map(|(parent, name)| (tree.path(parent), name.to_string()))
+            .collect();
+        places.sort();
+        places
+    }
+
     proptest::proptest! {
         /// A build, following first places, makes the tree that placing
         /// each track one by one makes.
@@ -190,12 +263,61 @@ mod tests {
                 }
             }
             proptest::prop_assert_eq!(built.file_paths(), one_by_one.file_paths());
-            let places = |tree: &Tree, ino: u64| -> Vec<(Option<String>, String)> {
-                let places = tree.places(ino).into_iter();
-                places.map(|(parent, name)| (tree.path(parent), name.to_string())).collect()
-            };
             for ino in (1..=tracks.len() as i64).map(file_ino) {
-                proptest::prop_assert_eq!(places(&built, ino), places(&one_by_one, ino));
+                proptest::prop_assert_eq!(places_by_path(&built, ino), places_by_path(&one_by_one, ino));
+                proptest::prop_assert_eq!(built.path_of_place(ino, None), one_by_one.path_of_place(ino, None));
+                proptest::prop_assert_eq!(built.link_count(ino), one_by_one.link_count(ino));
+            }
+        }
+    }
+
+    /// Where the folders' maps hold a file: (folder path, name), in order.
+    fn entries_holding(tree: &Tree, ino: u64) -> Vec<(Option<String>, String)> {
+        let mut held: Vec<_> = (tree.nodes.iter())
+            .filter_map(|(folder, node)| match &node.entry {
+                Entry::Dir { children, .. } => Some((*folder, children)),
+                _ => None,
+            })
+            .flat_map(|(folder, children)| {
+                (children.iter())
+                    .filter(|(_, held)| **held == ino)
+                    .map(move |(name, _)| (tree.path(folder), name.to_string()))
+            })
+            .collect();
+        held.sort();
+        held
+    }
+
+    /// Placements of track `id` at `places` (top, folder, stem each).
+    fn placements(id: i64, places: &[(String, String, String)]) -> Vec<Placement> {
+        (places.iter())
+            .map(|(top, mid, stem)| place(id, &format!("{top}/{mid}/{stem}")))
+            .collect()
+    }
+
+    fn places_strategy() -> impl proptest::strategy::Strategy<Value = Vec<(String, String, String)>> {
+        proptest::collection::vec(("[ab]{1}", "[ab]{0,1}", "[xy ]{0,2}"), 0..4)
+    }
+
+    proptest::proptest! {
+        /// After any refreshes of a built tree, a file's places are where
+        /// the folders hold it, twins or not, and its link count is theirs.
+        #[test]
+        fn refreshes_keep_every_place_of_a_file_found(
+            tracks in proptest::collection::vec(places_strategy(), 1..20),
+            changes in proptest::collection::vec((1..24i64, places_strategy()), 1..12),
+        ) {
+            let built = (tracks.iter().enumerate())
+                .flat_map(|(i, places)| placements(i as i64 + 1, places))
+                .collect();
+            let mut tree = Tree::build(built);
+            for (id, places) in changes {
+                tree.replace(file_ino(id), placements(id, &places), &mut Invalidations::default());
+                for ino in (1..24).map(file_ino) {
+                    let held = entries_holding(&tree, ino);
+                    proptest::prop_assert_eq!(places_by_path(&tree, ino), held.clone());
+                    proptest::prop_assert_eq!(tree.link_count(ino), held.len());
+                }
             }
         }
     }
