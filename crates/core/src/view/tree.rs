@@ -299,6 +299,9 @@ pub struct TreeBuilder {
     /// The folders that followed first places, by the folders they
     /// followed: twins once the tree is built.
     followed: shared_entries::Followed,
+    /// The names of folders made so far: an album's folder in each view
+    /// holds one copy of its name.
+    folder_names: std::collections::HashSet<Name, foldhash::fast::RandomState>,
 }
 
 impl TreeBuilder {
@@ -332,7 +335,16 @@ impl TreeBuilder {
         let dir = match self.dirs.get(folder) {
             Some(dir) => *dir,
             None => {
-                let dir = self.tree.ensure_dirs(&folder_components(folder), &mut Vec::new());
+                let names = &mut self.folder_names;
+                let named = &mut |name: String| match names.get(name.as_str()) {
+                    Some(same) => same.clone(),
+                    None => {
+                        let name = Name::from(name);
+                        names.insert(name.clone());
+                        name
+                    }
+                };
+                let dir = (self.tree).ensure_dirs_named(&folder_components(folder), &mut Vec::new(), named);
                 self.dirs.insert(folder.to_string(), dir);
                 dir
             }
@@ -846,6 +858,16 @@ impl Tree {
     /// The directory for these components, created as needed; new entries
     /// are pushed to `added`.
     fn ensure_dirs(&mut self, comps: &[String], added: &mut Vec<(u64, String)>) -> u64 {
+        self.ensure_dirs_named(comps, added, &mut Name::from)
+    }
+
+    /// [`Tree::ensure_dirs`], each new directory's name made by `named`.
+    fn ensure_dirs_named(
+        &mut self,
+        comps: &[String],
+        added: &mut Vec<(u64, String)>,
+        named: &mut dyn FnMut(String) -> Name,
+    ) -> u64 {
         let mut dir = self.root;
         let mut path = String::new();
         for comp in comps {
@@ -864,7 +886,7 @@ impl Tree {
                 _ => {
                     added.push((dir, name.clone()));
                     let ino = self.free_dir_ino(&path);
-                    self.add_child(dir, name, ino, Entry::empty_dir());
+                    self.add_child(dir, named(name), ino, Entry::empty_dir());
                     self.dir_count += 1;
                     ino
                 }
