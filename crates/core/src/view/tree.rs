@@ -274,6 +274,8 @@ pub struct Tree {
     cover_names: Option<[Name; 2]>,
     /// Covers in the tree.
     cover_count: usize,
+    /// How many folders show each cover ([`covers`]).
+    cover_folders: HashMap<u64, u32>,
     /// The playlists' inodes, in the configuration's order.
     playlist_inos: Vec<u64>,
 }
@@ -585,6 +587,7 @@ impl Tree {
             next_dir_ino,
             cover_names: None,
             cover_count: 0,
+            cover_folders: HashMap::default(),
             playlist_inos: Vec::new(),
         }
     }
@@ -696,9 +699,12 @@ impl Tree {
         }
     }
 
-    /// How many places a file is in (0 for no file).
+    /// How many places a file or a cover is in (0 for anything else).
     pub fn link_count(&self, ino: u64) -> usize {
         match self.nodes.get(&ino) {
+            Some(node) if matches!(node.entry, Entry::Cover(_)) => {
+                self.cover_folders.get(&ino).map_or(1, |n| *n as usize)
+            }
             Some(node) if matches!(node.entry, Entry::File(_)) => {
                 let alone = !self.links.contains_key(&ino)
                     && self.twins_holding(node.parent, &node.name, ino).next().is_none();
@@ -782,6 +788,7 @@ impl Tree {
             places.map(|(parent, name)| (parent, name.to_string())).collect()
         };
         for (ino, old) in self.nodes.iter() {
+            self.diff_folder_cover(new, *ino, &mut out);
             let same_places = self.same_places(new, *ino);
             match new.nodes.get(ino) {
                 Some(n) if same_places => match (&old.entry, &n.entry) {

@@ -5,7 +5,9 @@
 //!
 //! A cover is a node of the tree like any file, so listings, lookups and
 //! HTTP find it with no case of their own; it is kept in step with its
-//! folder's tracks whenever they change ([`Tree::sync_cover`]).
+//! folder's tracks whenever they change ([`Tree::sync_cover`]). Folders
+//! that show the same picture of the same date (an album's folder in each
+//! view) show one node, one file to the kernel, as a track is.
 
 use retagfs_store::ArtLink;
 
@@ -109,7 +111,7 @@ impl Tree {
         let mut ignored = Invalidations::default();
         for (dir, cover) in chosen {
             // Nothing to forget yet: the kernel has seen none of it.
-            self.add_cover(dir, cover, None, &mut ignored);
+            self.add_cover(dir, cover, &mut ignored);
             ignored.entries.clear();
         }
     }
@@ -127,26 +129,18 @@ impl Tree {
             if wanted == Some(*cover) {
                 return;
             }
-            // The same picture, newer: the node stays, its attributes move.
-            if let Some(newer) = wanted.filter(|w| w.art == cover.art) {
-                if let Some(node) = self.nodes.get_mut(ino) {
-                    node.entry = Entry::Cover(newer);
-                }
-                out.inodes.push(*ino);
-                return;
-            }
             self.remove_cover(dir, *ino);
             out.entries.push((dir, name.to_string()));
             out.inodes.push(*ino);
         }
         if let Some(cover) = wanted {
-            self.add_cover(dir, cover, current.map(|(ino, _, _)| ino), out);
+            self.add_cover(dir, cover, out);
         }
     }
 
-    /// Adds `cover` to folder `dir` (as inode `ino` if given), unless an
-    /// entry of the library holds its name.
-    fn add_cover(&mut self, dir: u64, cover: FolderCover, ino: Option<u64>, out: &mut Invalidations) {
+    /// Adds `cover` to folder `dir`, unless an entry of the library holds
+    /// its name.
+    fn add_cover(&mut self, dir: u64, cover: FolderCover, out: &mut Invalidations) {
         let Some(name) = self.cover_file_name(&cover.art) else {
             return;
         };
@@ -154,28 +148,70 @@ impl Tree {
             // A folder or a file of the library holds the name.
             return;
         }
-        let ino = ino.unwrap_or_else(|| self.free_cover_ino(dir));
-        out.entries.push((dir, name.to_string()));
-        let Some(Entry::Dir { cover: held, .. }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) else {
+        if !self.nodes.get(&dir).is_some_and(Node::is_dir) {
             return;
-        };
-        *held = Some(ino);
+        }
+        out.entries.push((dir, name.to_string()));
+        let ino = self.cover_node(dir, cover, name);
+        if let Some(Entry::Dir { cover: held, .. }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
+            *held = Some(ino);
+        }
+    }
+
+    /// The node of `cover`, made (in folder `dir`) if no folder shows it
+    /// yet, counting one more folder that does.
+    fn cover_node(&mut self, dir: u64, cover: FolderCover, name: Name) -> u64 {
+        let mut ino = cover_ino(&cover);
+        loop {
+            match self.nodes.get(&ino).map(|n| &n.entry) {
+                Some(Entry::Cover(held)) if *held == cover => {
+                    *self.cover_folders.entry(ino).or_default() += 1;
+                    return ino;
+                }
+                // Another node took the inode (unlikely): the next one.
+                Some(_) => ino = ((ino + 1) & (DIR_BIT - 1)) | DIR_BIT,
+                None => break,
+            }
+        }
         let node = Node {
             parent: dir,
             name,
             entry: Entry::Cover(cover),
         };
         self.nodes.insert(ino, node);
+        self.cover_folders.insert(ino, 1);
         self.cover_count += 1;
+        ino
     }
 
-    /// Removes folder `dir`'s cover, node `ino`.
+    /// Removes folder `dir`'s cover, node `ino` (gone with the last folder
+    /// that shows it).
     fn remove_cover(&mut self, dir: u64, ino: u64) {
         if let Some(Entry::Dir { cover, .. }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
             *cover = None;
         }
-        if self.nodes.remove(&ino).is_some() {
-            self.cover_count -= 1;
+        let Some(folders) = self.cover_folders.get_mut(&ino) else {
+            return;
+        };
+        *folders -= 1;
+        if *folders == 0 {
+            self.cover_folders.remove(&ino);
+            if self.nodes.remove(&ino).is_some() {
+                self.cover_count -= 1;
+            }
+        }
+    }
+
+    /// The entries of folder `dir` the kernel must forget when `self` is
+    /// replaced by `new`: its cover's, if it changed (a cover shown by
+    /// several folders has one place of its own only).
+    pub(super) fn diff_folder_cover(&self, new: &Tree, dir: u64, out: &mut Invalidations) {
+        let (old_cover, new_cover) = (self.cover_of(dir), new.cover_of(dir));
+        if old_cover.as_ref().map(|c| c.0) == new_cover.as_ref().map(|c| c.0) {
+            return;
+        }
+        for (_, name, _) in old_cover.into_iter().chain(new_cover) {
+            out.entries.push((dir, name.to_string()));
         }
     }
 
@@ -189,21 +225,6 @@ impl Tree {
             Entry::Cover(cover) => Some((*ino, node.name.clone(), cover)),
             _ => None,
         }
-    }
-
-    /// An inode for the cover of folder `dir`: from the folder's (so the
-    /// same across remounts), probing on the unlikely collision.
-    fn free_cover_ino(&self, dir: u64) -> u64 {
-        // SplitMix64's finalizer: every bit of the folder's inode moves.
-        let mut h = dir ^ 0x9e37_79b9_7f4a_7c15;
-        h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        h ^= h >> 31;
-        let mut ino = (h & (DIR_BIT - 1)) | DIR_BIT;
-        while self.nodes.contains_key(&ino) {
-            ino = ((ino + 1) & (DIR_BIT - 1)) | DIR_BIT;
-        }
-        ino
     }
 
     /// Removes folder `dir`'s cover, if it has one, pushing its entry to
@@ -244,6 +265,18 @@ impl Tree {
             .find(|(_, count, _)| *count == most)
             .map(|(art, _, mtime_ns)| FolderCover { art, mtime_ns })
     }
+}
+
+/// The inode of a cover: from the picture and its date, so the same
+/// across remounts, and the same for every folder that shows it.
+fn cover_ino(cover: &FolderCover) -> u64 {
+    let mut sha = Sha256::new();
+    sha.update(cover.art.art_rowid.to_le_bytes());
+    sha.update(cover.art.len.to_le_bytes());
+    sha.update([u8::from(cover.art.png)]);
+    sha.update(cover.mtime_ns.to_le_bytes());
+    let digest = sha.finalize();
+    (u64::from_le_bytes(digest[..8].try_into().expect("8 bytes")) & (DIR_BIT - 1)) | DIR_BIT
 }
 
 #[cfg(test)]
@@ -335,6 +368,59 @@ mod tests {
             (tree.file_count(), tree.cover_count(), tree.dir_count()),
             (0, 0, 1)
         );
+    }
+
+    #[test]
+    fn folders_showing_the_same_picture_show_one_file_until_one_changes() {
+        let cover_ino = |tree: &Tree, path: &[&str]| {
+            let dir = path
+                .iter()
+                .fold(tree.root(), |dir, name| tree.child(dir, name).unwrap());
+            tree.child(dir, "cover.jpg").unwrap()
+        };
+        let mut tree = tree_of(vec![
+            placed(1, "Albums/X/1", Some(3)),
+            placed(1, "Genres/Jazz/X/1", Some(3)),
+            placed(2, "Albums/X/2", Some(3)),
+            placed(2, "Genres/Jazz/X/2", Some(3)),
+        ]);
+        let shared = cover_ino(&tree, &["Albums", "X"]);
+        assert_eq!(cover_ino(&tree, &["Genres", "Jazz", "X"]), shared);
+        assert_eq!((tree.cover_count(), tree.link_count(shared)), (1, 2));
+        // Track 2 leaves Jazz with another picture: Jazz/X's cover is now
+        // track 1's alone (an older date), Albums/X keeps the shared one.
+        let before = tree.clone();
+        let mut out = Invalidations::default();
+        let places = vec![
+            placed(2, "Albums/X/2", Some(3)),
+            placed(2, "Genres/Soul/X/2", Some(3)),
+        ];
+        tree.replace(file_ino(2), places, &mut out);
+        assert_eq!(cover_ino(&tree, &["Albums", "X"]), shared);
+        let jazz = cover_ino(&tree, &["Genres", "Jazz", "X"]);
+        assert_ne!(jazz, shared);
+        assert_eq!(cover_in(&tree, &["Genres", "Jazz", "X"]).unwrap().1.mtime_ns, 1);
+        assert_eq!(
+            cover_ino(&tree, &["Genres", "Soul", "X"]),
+            shared,
+            "the same picture of the same date"
+        );
+        assert_eq!((tree.cover_count(), tree.link_count(shared)), (2, 2));
+        let jazz_dir = ["Genres", "Jazz", "X"]
+            .iter()
+            .fold(tree.root(), |d, n| tree.child(d, n).unwrap());
+        assert!(out.entries.contains(&(jazz_dir, "cover.jpg".into())), "{out:?}");
+        // A reload to this tree: the kernel forgets Jazz/X's cover too.
+        let reload = before.diff(&tree);
+        assert!(
+            reload.entries.contains(&(jazz_dir, "cover.jpg".into())),
+            "{reload:?}"
+        );
+        // Every track gone: no cover left.
+        for id in 1..=2 {
+            tree.replace(file_ino(id), Vec::new(), &mut Invalidations::default());
+        }
+        assert_eq!(tree.cover_count(), 0);
     }
 
     #[test]
