@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 use thin_vec::ThinVec;
 
 mod covers;
+mod other_places;
 mod shared_entries;
 pub use covers::{CoverArt, FolderCover};
 
@@ -256,7 +257,7 @@ pub struct Tree {
     /// (parent, name) of each; its node holds the first. A place in a twin
     /// of one of these folders, under the same name, is not kept
     /// ([`Tree::places`]).
-    links: HashMap<u64, ThinVec<(u64, Name)>>,
+    links: other_places::OtherPlaces,
     /// When a live refresh last changed a directory's entries. Served as
     /// the directory's mtime: the kernel drops a cached listing whose
     /// directory mtime changed (which closes the race of a listing read
@@ -373,9 +374,7 @@ impl TreeBuilder {
         self.tree.set_twins(self.followed);
         self.tree.sync_all_covers();
         // Places are only added one by one after this, by refreshes.
-        for places in self.tree.links.values_mut() {
-            places.shrink_to_fit();
-        }
+        self.tree.links.shrink();
         self.tree
     }
 }
@@ -581,7 +580,7 @@ impl Tree {
             dir_count: 1,
             next_suffix: HashMap::default(),
             rendered: HashMap::default(),
-            links: HashMap::default(),
+            links: other_places::OtherPlaces::default(),
             listing_changed: HashMap::default(),
             root,
             next_dir_ino,
@@ -706,8 +705,8 @@ impl Tree {
                 self.cover_folders.get(&ino).map_or(1, |n| *n as usize)
             }
             Some(node) if matches!(node.entry, Entry::File(_)) => {
-                let alone = !self.links.contains_key(&ino)
-                    && self.twins_holding(node.parent, &node.name, ino).next().is_none();
+                let alone =
+                    !self.links.any(ino) && self.twins_holding(node.parent, &node.name, ino).next().is_none();
                 if alone {
                     1
                 } else {
@@ -725,7 +724,7 @@ impl Tree {
         let Some(node) = self.nodes.get(&ino) else {
             return Vec::new();
         };
-        let links = self.links.get(&ino).into_iter().flatten();
+        let links = self.links.of(ino);
         let kept =
             std::iter::once((node.parent, &node.name)).chain(links.map(|(parent, name)| (*parent, name)));
         let mut places: Vec<(u64, &Name)> = Vec::new();
@@ -826,7 +825,7 @@ impl Tree {
             .map(|(parent, name)| (parent, name.clone()))
             .collect();
         self.nodes.remove(&ino);
-        self.links.remove(&ino);
+        self.links.remove(ino);
         self.rendered.remove(&ino);
         for (parent, name) in places {
             self.unlink(parent, name, &mut removed);
@@ -978,7 +977,7 @@ impl Tree {
             name
         };
         if placed {
-            self.links.entry(ino).or_default().push((dir, name.clone()));
+            self.links.push(ino, (dir, name.clone()));
         } else {
             let entry = Entry::File(file);
             let node = Node {
