@@ -7,7 +7,9 @@
 //! A playlist's bytes are made when the view loads and made again after a
 //! refresh that changed one of its tracks or a track its query now
 //! matches ([`View::remake_playlists`]); an open reads the bytes made
-//! last, whole, so a reader never sees two versions mixed.
+//! last, whole, so a reader never sees two versions mixed. They are kept
+//! compressed (a playlist's paths repeat their folders: a tenth of the
+//! size), and each open unpacks its own copy.
 
 use std::cmp::Ordering;
 use std::time::SystemTime;
@@ -70,8 +72,11 @@ impl Playlists {
 }
 
 struct MadePlaylist {
-    /// Its bytes, as every open serves them.
-    layout: Arc<Layout>,
+    /// Its bytes, as every open serves them, compressed (LZ4, their size
+    /// before them).
+    packed: Arc<[u8]>,
+    /// Their size.
+    len: u64,
     members: HashSet<i64>,
     /// A hash of the bytes: the version clients see, the same for the same
     /// bytes whenever and wherever they were made (an entity tag a client
@@ -82,10 +87,9 @@ struct MadePlaylist {
 
 impl MadePlaylist {
     fn of_bytes(bytes: Vec<u8>) -> MadePlaylist {
-        let mut layout = Layout::default();
-        layout.push_bytes(&bytes);
         MadePlaylist {
-            layout: Arc::new(layout),
+            packed: lz4_flex::compress_prepend_size(&bytes).into(),
+            len: bytes.len() as u64,
             members: HashSet::new(),
             version: version_of(&bytes),
             changed: SystemTime::now(),
@@ -252,14 +256,18 @@ impl View {
 
     /// Opens playlist node `ino`: the bytes made last.
     pub(super) fn open_playlist(&self, index: usize, store_generation: u64) -> io::Result<OpenFile> {
-        let (layout, served) = {
+        let (packed, served) = {
             let made = self.playlists.made.lock();
             let made = made
                 .get(index)
                 .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
-            (made.layout.clone(), served_playlist(index, made))
+            (made.packed.clone(), served_playlist(index, made))
         };
-        Ok(OpenFile::from_store(no_track(), layout, served, store_generation))
+        let bytes = lz4_flex::decompress_size_prepended(&packed)
+            .map_err(|e| io::Error::other(format!("playlist {index}: its bytes do not unpack: {e}")))?;
+        let mut layout = Layout::default();
+        layout.push_bytes(&bytes);
+        Ok(OpenFile::from_store(no_track(), Arc::new(layout), served, store_generation))
     }
 }
 
@@ -267,7 +275,7 @@ impl View {
 /// negative (no track's), its version that of its bytes.
 fn served_playlist(index: usize, made: &MadePlaylist) -> ServedFile {
     ServedFile {
-        size: made.layout.len(),
+        size: made.len,
         mtime_ns: time_ns(made.changed),
         id: -(index as i64) - 1,
         version: made.version,
