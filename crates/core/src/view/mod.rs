@@ -4,6 +4,7 @@
 mod backing;
 mod connection_pool;
 mod cover_file;
+mod found_tracks;
 mod open_cache;
 pub mod playlists;
 pub mod read_ahead;

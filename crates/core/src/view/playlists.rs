@@ -16,6 +16,7 @@ use std::time::SystemTime;
 
 use super::*;
 use crate::query::{Query, QueryTrack};
+use crate::view::found_tracks::FoundTracks;
 use crate::view::served_file::ServedFile;
 
 /// The folder at the root that holds the playlists.
@@ -104,10 +105,10 @@ fn version_of(bytes: &[u8]) -> i64 {
     (u64::from_le_bytes(digest[..8].try_into().expect("8 bytes")) >> 1) as i64
 }
 
-/// One entry of a playlist, before it is sorted and written.
+/// One entry of a playlist, before it is sorted and written: a track
+/// found (its place among them) and its path.
 struct PlaylistEntry {
-    track: TrackRow,
-    tags: Vec<(String, String)>,
+    track: usize,
     path: String,
 }
 
@@ -120,7 +121,7 @@ impl View {
 
     /// Makes every playlist's bytes when the view loads, from their
     /// tracks found as the tree was built ([`super::render::load_view`]).
-    pub(super) fn make_playlists(&self, found: Vec<Vec<Found>>) {
+    pub(super) fn make_playlists(&self, found: Vec<FoundTracks>) {
         // One thread a core, each making one playlist after another.
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         let waiting = Mutex::new(found.into_iter().enumerate());
@@ -197,7 +198,7 @@ impl View {
 
     /// Keeps the bytes of playlist `index` made from its tracks `found`:
     /// whether they changed.
-    fn keep_made(&self, index: usize, found: anyhow::Result<Vec<Found>>) -> bool {
+    fn keep_made(&self, index: usize, found: anyhow::Result<FoundTracks>) -> bool {
         let Some(spec) = self.config.playlists.get(index) else {
             return false;
         };
@@ -225,33 +226,40 @@ impl View {
     }
 
     /// A playlist's bytes and its tracks, its tracks' places in the tree now.
-    fn playlist_bytes(&self, spec: &PlaylistSpec, found: Vec<Found>) -> (Vec<u8>, HashSet<i64>) {
-        let members = found.iter().map(|(t, _)| t.id).collect();
+    fn playlist_bytes(&self, spec: &PlaylistSpec, found: FoundTracks) -> (Vec<u8>, HashSet<i64>) {
+        let members = found.tracks().iter().map(|t| t.id).collect();
         let windows_names = self.config.windows_names;
         let first_view = (self.config.views.first()).and_then(|v| v.folder_name(windows_names));
         let entries: Vec<PlaylistEntry> = {
             let tree = self.tree();
-            (found.into_iter())
-                .filter_map(|(track, tags)| {
-                    let path = tree.path_of_place(file_ino(track.id), first_view.as_deref())?;
-                    Some(PlaylistEntry { track, tags, path })
+            (found.tracks().iter().enumerate())
+                .filter_map(|(track, t)| {
+                    let path = tree.path_of_place(file_ino(t.id), first_view.as_deref())?;
+                    Some(PlaylistEntry { track, path })
                 })
                 .collect()
         };
         // Each entry's sort values worked out once, not at every comparison.
+        let keys = spec.sort.len();
         let mut keyed: Vec<(Vec<SortValue>, PlaylistEntry)> = (entries.into_iter())
             .map(|e| {
-                (
-                    spec.sort.iter().map(|key| sort_value(&e, &key.field)).collect(),
-                    e,
-                )
+                let values = (found.values(e.track, keys))
+                    .map(|value| match value {
+                        Some((number, folded)) => SortValue {
+                            number,
+                            folded: folded.to_string(),
+                        },
+                        None => SortValue::of(&e.path),
+                    })
+                    .collect();
+                (values, e)
             })
             .collect();
         keyed.sort_by(|(a_values, a), (b_values, b)| {
             compare(a_values, b_values, &spec.sort).then_with(|| a.path.cmp(&b.path))
         });
         let entries: Vec<PlaylistEntry> = keyed.into_iter().map(|(_, e)| e).collect();
-        (m3u8(&entries).into_bytes(), members)
+        (m3u8(&found, &entries).into_bytes(), members)
     }
 
     /// Opens playlist node `ino`: the bytes made last.
@@ -267,7 +275,12 @@ impl View {
             .map_err(|e| io::Error::other(format!("playlist {index}: its bytes do not unpack: {e}")))?;
         let mut layout = Layout::default();
         layout.push_bytes(&bytes);
-        Ok(OpenFile::from_store(no_track(), Arc::new(layout), served, store_generation))
+        Ok(OpenFile::from_store(
+            no_track(),
+            Arc::new(layout),
+            served,
+            store_generation,
+        ))
     }
 }
 
@@ -296,23 +309,16 @@ pub(super) fn playlists_matching(specs: &[PlaylistSpec], track: &TrackBundle) ->
         .collect()
 }
 
-/// A track a playlist's query matched: its row and tags.
-pub(super) type Found = (TrackRow, Vec<(String, String)>);
-
 /// The tracks playlist `spec`'s query matches in `store`.
-fn tracks_of(spec: &PlaylistSpec, store: &Store) -> anyhow::Result<Vec<Found>> {
-    let mut found = Vec::new();
-    store.read_snapshot(|s| spec.query.for_each_match(s, |b| found.push((b.track, b.tags))))?;
+fn tracks_of(spec: &PlaylistSpec, store: &Store) -> anyhow::Result<FoundTracks> {
+    let mut found = FoundTracks::default();
+    store.read_snapshot(|s| spec.query.for_each_match(s, |b| found.push(spec, &b)))?;
     Ok(found)
 }
 
 fn time_ns(t: SystemTime) -> i64 {
     t.duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-}
-
-fn first_tag<'a>(tags: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    tags.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
 }
 
 /// Orders two entries by their values of the sort keys.
@@ -325,16 +331,6 @@ fn compare(a: &[SortValue], b: &[SortValue], keys: &[SortKey]) -> Ordering {
         }
     }
     Ordering::Equal
-}
-
-/// An entry's value of one sort key, as [`SortValue::natural_cmp`] compares it.
-fn sort_value(e: &PlaylistEntry, field: &str) -> SortValue {
-    match field {
-        "added" => SortValue::of(&e.track.added_at.to_string()),
-        "duration" => SortValue::of(&e.track.duration_ms.unwrap_or(0).to_string()),
-        "path" => SortValue::of(&e.path),
-        tag => SortValue::of(first_tag(&e.tags, tag).unwrap_or_default()),
-    }
 }
 
 /// A value sorted naturally: numbers as numbers (`2` before `10`),
@@ -362,14 +358,14 @@ impl SortValue {
 
 /// The extended M3U: `#EXTINF:<seconds>,<artist> - <title>` and the path
 /// of each entry, relative to the playlist's folder.
-fn m3u8(entries: &[PlaylistEntry]) -> String {
+fn m3u8(found: &FoundTracks, entries: &[PlaylistEntry]) -> String {
     let mut out = String::from("#EXTM3U\n");
     for e in entries {
-        let seconds = e.track.duration_ms.map_or(-1, |ms| ((ms + 500) / 1000) as i64);
-        let title = first_tag(&e.tags, "title")
-            .map(str::to_string)
+        let track = &found.tracks()[e.track];
+        let seconds = track.duration_ms.map_or(-1, |ms| ((ms + 500) / 1000) as i64);
+        let title = (found.title(track).map(str::to_string))
             .unwrap_or_else(|| e.path.rsplit('/').next().unwrap_or_default().to_string());
-        let artist = first_tag(&e.tags, "artist").or_else(|| first_tag(&e.tags, "albumartist"));
+        let artist = found.artist(track);
         let label = match artist {
             Some(artist) => format!("{artist} - {title}"),
             None => title,

@@ -2,7 +2,8 @@
 //! template, and the size of its served file.
 
 use super::*;
-use crate::view::playlists::{playlists_matching, Found};
+use crate::view::found_tracks::FoundTracks;
+use crate::view::playlists::playlists_matching;
 use crate::view::tree::CoverArt;
 
 /// How files are served.
@@ -116,13 +117,13 @@ pub(super) struct Loaded {
     pub tracks: usize,
     /// The tracks each playlist's query matches, in the configuration's
     /// order (when they were asked for).
-    pub playlist_tracks: Vec<Vec<Found>>,
+    pub playlist_tracks: Vec<FoundTracks>,
 }
 
 /// A batch of tracks rendered: its number, its placements, the fields
 /// that had a value, and the tracks playlists match (by the playlist's
 /// place in the configuration).
-type Rendered = (usize, Vec<Placement>, u64, Vec<(usize, Found)>);
+type Rendered = (usize, Vec<Placement>, u64, Vec<FoundTracks>);
 
 /// [`load_tree`], noting in `valued`, if given, which of the template's
 /// fields ([`Template::fields`], the first 64) had a value in some track,
@@ -151,7 +152,8 @@ pub(super) fn load_view(
                 for (n, batch) in batches {
                     let mut valued = 0;
                     let mut placed_batch = Vec::with_capacity(batch.len());
-                    let mut found = Vec::new();
+                    let mut found: Vec<FoundTracks> =
+                        playlists.iter().map(|_| FoundTracks::default()).collect();
                     for b in batch {
                         let fields = TrackFields::new(&b.track, &b.tags);
                         if noting {
@@ -161,12 +163,8 @@ pub(super) fn load_view(
                         } else {
                             placed_batch.extend(placements(config, &b, &fields));
                         }
-                        let matched = playlists_matching(playlists, &b);
-                        if let Some((&last, others)) = matched.split_last() {
-                            for &index in others {
-                                found.push((index, (b.track.clone(), b.tags.clone())));
-                            }
-                            found.push((last, (b.track, b.tags)));
+                        for index in playlists_matching(playlists, &b) {
+                            found[index].push(&playlists[index], &b);
                         }
                     }
                     if placed.send((n, placed_batch, valued, found)).is_err() {
@@ -179,7 +177,8 @@ pub(super) fn load_view(
         let builder = s.spawn(move || {
             let mut tree = TreeBuilder::default().with_covers(config.cover_name.clone());
             let mut valued = 0;
-            let mut playlist_tracks: Vec<Vec<Found>> = playlists.iter().map(|_| Vec::new()).collect();
+            let mut playlist_tracks: Vec<FoundTracks> =
+                playlists.iter().map(|_| FoundTracks::default()).collect();
             // Batches rendered ahead of one still being rendered wait here.
             let mut early = BTreeMap::new();
             let mut next = 0;
@@ -188,8 +187,8 @@ pub(super) fn load_view(
                 early.insert(n, (placements, found));
                 while let Some((placements, found)) = early.remove(&next) {
                     placements.into_iter().for_each(|p| tree.add(p));
-                    for (index, track) in found {
-                        playlist_tracks[index].push(track);
+                    for (tracks, batch) in playlist_tracks.iter_mut().zip(found) {
+                        tracks.append(batch);
                     }
                     next += 1;
                 }
