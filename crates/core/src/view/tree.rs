@@ -126,11 +126,11 @@ pub enum Entry {
     Dir {
         children: Arc<BTreeMap<Name, u64>>,
         cover: Option<u64>,
-        /// The folders that shared their entries with this one while the
-        /// tree was built, this one among them ([`shared_entries`]): a file
+        /// The next of the folders that shared their entries with this one
+        /// while the tree was built, in a ring ([`shared_entries`]): a file
         /// one of them holds under the name it has in another is in both,
         /// without a place of its own kept for each.
-        twins: Option<Arc<[u64]>>,
+        next_twin: Option<u64>,
     },
     File(FileEntry),
     /// A folder's cover ([`covers`]).
@@ -152,7 +152,7 @@ impl Entry {
         Entry::Dir {
             children: Arc::default(),
             cover: None,
-            twins: None,
+            next_twin: None,
         }
     }
 }
@@ -740,13 +740,8 @@ impl Tree {
 
     /// The twins of `folder` (not itself) that hold `ino` as `name`.
     fn twins_holding<'a>(&'a self, folder: u64, name: &'a str, ino: u64) -> impl Iterator<Item = u64> + 'a {
-        let twins = match self.nodes.get(&folder).map(|n| &n.entry) {
-            Some(Entry::Dir {
-                twins: Some(twins), ..
-            }) => &twins[..],
-            _ => &[],
-        };
-        (twins.iter().copied()).filter(move |&twin| twin != folder && self.child(twin, name) == Some(ino))
+        self.twins_of(folder)
+            .filter(move |&twin| self.child(twin, name) == Some(ino))
     }
 
     /// Whether node `ino` is in both trees at the same places.
@@ -853,6 +848,7 @@ impl Tree {
             if !parent_empty || parent == self.root {
                 return;
             }
+            self.leave_twins(parent);
             let Some(dir) = self.nodes.remove(&parent) else {
                 return;
             };

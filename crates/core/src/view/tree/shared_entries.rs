@@ -95,16 +95,49 @@ impl Tree {
         true
     }
 
-    /// Makes each group of folders that followed one another twins.
+    /// Makes each group of folders that followed one another twins: a
+    /// ring of them, each folder pointing at the next.
     pub(super) fn set_twins(&mut self, followed: Followed) {
         for group in followed.groups() {
-            let twins: Arc<[u64]> = group.into();
-            for folder in twins.iter() {
-                if let Some(Entry::Dir { twins: held, .. }) = self.nodes.get_mut(folder).map(|n| &mut n.entry)
-                {
-                    *held = Some(twins.clone());
+            let next = group.iter().skip(1).chain(group.first());
+            for (folder, next) in group.iter().zip(next) {
+                if let Some(Entry::Dir { next_twin, .. }) = self.nodes.get_mut(folder).map(|n| &mut n.entry) {
+                    *next_twin = Some(*next);
                 }
             }
+        }
+    }
+
+    fn next_twin(&self, folder: u64) -> Option<u64> {
+        match self.nodes.get(&folder)?.entry {
+            Entry::Dir { next_twin, .. } => next_twin,
+            _ => None,
+        }
+    }
+
+    /// The twins of `folder`, itself not among them.
+    pub(super) fn twins_of(&self, folder: u64) -> impl Iterator<Item = u64> + '_ {
+        let mut at = folder;
+        std::iter::from_fn(move || {
+            at = self.next_twin(at).filter(|&next| next != folder)?;
+            Some(at)
+        })
+    }
+
+    /// Takes folder `dir`, about to go, out of its ring of twins.
+    pub(super) fn leave_twins(&mut self, dir: u64) {
+        let Some(next) = self.next_twin(dir) else {
+            return;
+        };
+        let before = self.twins_of(dir).last();
+        if let Some(Entry::Dir { next_twin, .. }) =
+            before.and_then(|b| self.nodes.get_mut(&b)).map(|n| &mut n.entry)
+        {
+            // A ring of two leaves one folder with no twin.
+            *next_twin = Some(next).filter(|&next| Some(next) != before);
+        }
+        if let Some(Entry::Dir { next_twin, .. }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
+            *next_twin = None;
         }
     }
 }
