@@ -440,7 +440,7 @@ pub(crate) fn dir_entries(
 /// directory, as before: the lookup that follows answers ENOENT).
 pub(crate) fn kind_of(node: Option<&Node>) -> FileType {
     match node.map(|n| &n.entry) {
-        Some(Entry::File(_) | Entry::Cover(_) | Entry::Playlist(_)) => FileType::RegularFile,
+        Some(Entry::File(_) | Entry::Cover { .. } | Entry::Playlist { .. }) => FileType::RegularFile,
         _ => FileType::Directory,
     }
 }

@@ -339,8 +339,8 @@ impl View {
         // What the node is, with the tree's lock let go before opening it.
         let opening = match self.tree().get(ino).map(|n| &n.entry) {
             Some(Entry::File(f)) => Opening::Track(f.clone()),
-            Some(Entry::Cover(cover)) => Opening::Cover(*cover),
-            Some(Entry::Playlist(index)) => Opening::Playlist(*index),
+            Some(Entry::Cover { cover, .. }) => Opening::Cover(*cover),
+            Some(Entry::Playlist { index, .. }) => Opening::Playlist(*index),
             Some(Entry::Dir { .. }) => return Err(io::Error::from_raw_os_error(libc::EISDIR)),
             None => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
         };

@@ -54,8 +54,8 @@ impl View {
     pub fn served_file_of(&self, entry: &Entry) -> Option<ServedFile> {
         match entry {
             Entry::File(file) => Some(ServedFile::of_track(file)),
-            Entry::Cover(cover) => Some(ServedFile::of_cover(cover)),
-            Entry::Playlist(index) => self.playlist_file(*index),
+            Entry::Cover { cover, .. } => Some(ServedFile::of_cover(cover)),
+            Entry::Playlist { index, .. } => self.playlist_file(*index),
             Entry::Dir { .. } => None,
         }
     }

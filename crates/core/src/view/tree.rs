@@ -3,6 +3,7 @@
 //! remounts (files: from the track id; directories: from a hash of the path).
 
 use std::collections::{btree_map, BTreeMap};
+use std::num::NonZeroU64;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -16,9 +17,11 @@ use sha2::{Digest, Sha256};
 use thin_vec::ThinVec;
 
 mod covers;
+mod nodes;
 mod other_places;
 mod shared_entries;
 pub use covers::{CoverArt, FolderCover};
+use nodes::Nodes;
 
 /// A name in the tree: one pointer, its text held once however many
 /// folders' maps and places of a file hold it.
@@ -124,20 +127,30 @@ pub enum Entry {
     /// it has one, beside them ([`covers`]), so that a cover of its own
     /// does not keep a folder's entries from being shared.
     Dir {
+        /// Its inode (a file's is its track's, [`file_ino`]).
+        ino: u64,
         children: Arc<BTreeMap<Name, u64>>,
-        cover: Option<u64>,
+        /// (Inodes are never 0: an entry this size leaves a file's the
+        /// largest, which keeps every node at 72 bytes.)
+        cover: Option<NonZeroU64>,
         /// The next of the folders that shared their entries with this one
         /// while the tree was built, in a ring ([`shared_entries`]): a file
         /// one of them holds under the name it has in another is in both,
         /// without a place of its own kept for each.
-        next_twin: Option<u64>,
+        next_twin: Option<NonZeroU64>,
     },
     File(FileEntry),
     /// A folder's cover ([`covers`]).
-    Cover(FolderCover),
+    Cover {
+        cover: FolderCover,
+        ino: u64,
+    },
     /// A playlist of the configuration, by its place in it
     /// ([`crate::view::playlists`]).
-    Playlist(usize),
+    Playlist {
+        index: usize,
+        ino: u64,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -148,8 +161,9 @@ pub struct Node {
 }
 
 impl Entry {
-    fn empty_dir() -> Entry {
+    fn empty_dir(ino: u64) -> Entry {
         Entry::Dir {
+            ino,
             children: Arc::default(),
             cover: None,
             next_twin: None,
@@ -158,6 +172,14 @@ impl Entry {
 }
 
 impl Node {
+    /// Its inode: the tree's nodes are found by it.
+    fn ino(&self) -> u64 {
+        match &self.entry {
+            Entry::File(f) => file_ino(f.track_id),
+            Entry::Dir { ino, .. } | Entry::Cover { ino, .. } | Entry::Playlist { ino, .. } => *ino,
+        }
+    }
+
     fn is_dir(&self) -> bool {
         matches!(self.entry, Entry::Dir { .. })
     }
@@ -169,75 +191,6 @@ impl Node {
 pub struct Placement {
     pub path: String,
     pub file: FileEntry,
-}
-
-/// The tree's nodes by inode, kept in one array found through a small
-/// index: a hash table of whole nodes doubles as it grows and sits up to
-/// half empty at 64 bytes a slot (about 60 bytes a track at 100k tracks).
-#[derive(Debug, Clone, Default)]
-struct Nodes {
-    slots: Vec<Option<Node>>,
-    /// Slots of removed nodes, taken again first.
-    free: Vec<u32>,
-    index: HashMap<u64, u32>,
-}
-
-impl Nodes {
-    fn get(&self, ino: &u64) -> Option<&Node> {
-        let slot = *self.index.get(ino)?;
-        self.slots[slot as usize].as_ref()
-    }
-
-    fn get_mut(&mut self, ino: &u64) -> Option<&mut Node> {
-        let slot = *self.index.get(ino)?;
-        self.slots[slot as usize].as_mut()
-    }
-
-    fn contains_key(&self, ino: &u64) -> bool {
-        self.index.contains_key(ino)
-    }
-
-    fn insert(&mut self, ino: u64, node: Node) {
-        if let Some(old) = self.get_mut(&ino) {
-            *old = node;
-            return;
-        }
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.slots[slot as usize] = Some(node);
-                slot
-            }
-            None => {
-                self.slots.push(Some(node));
-                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 nodes")
-            }
-        };
-        self.index.insert(ino, slot);
-    }
-
-    fn remove(&mut self, ino: &u64) -> Option<Node> {
-        let slot = self.index.remove(ino)?;
-        self.free.push(slot);
-        self.slots[slot as usize].take()
-    }
-
-    fn len(&self) -> usize {
-        self.index.len()
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&u64, &Node)> {
-        self.index
-            .iter()
-            .filter_map(|(ino, &slot)| Some((ino, self.slots[slot as usize].as_ref()?)))
-    }
-}
-
-impl std::ops::Index<&u64> for Nodes {
-    type Output = Node;
-
-    fn index(&self, ino: &u64) -> &Node {
-        self.get(ino).expect("a node of the tree")
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -572,7 +525,7 @@ impl Tree {
             Node {
                 parent,
                 name: Name::new(),
-                entry: Entry::empty_dir(),
+                entry: Entry::empty_dir(root),
             },
         );
         Tree {
@@ -701,7 +654,7 @@ impl Tree {
     /// How many places a file or a cover is in (0 for anything else).
     pub fn link_count(&self, ino: u64) -> usize {
         match self.nodes.get(&ino) {
-            Some(node) if matches!(node.entry, Entry::Cover(_)) => {
+            Some(node) if matches!(node.entry, Entry::Cover { .. }) => {
                 self.cover_folders.get(&ino).map_or(1, |n| *n as usize)
             }
             Some(node) if matches!(node.entry, Entry::File(_)) => {
@@ -782,28 +735,30 @@ impl Tree {
             places.map(|(parent, name)| (parent, name.to_string())).collect()
         };
         for (ino, old) in self.nodes.iter() {
-            self.diff_folder_cover(new, *ino, &mut out);
-            let same_places = self.same_places(new, *ino);
-            match new.nodes.get(ino) {
+            self.diff_folder_cover(new, ino, &mut out);
+            let same_places = self.same_places(new, ino);
+            match new.nodes.get(&ino) {
                 Some(n) if same_places => match (&old.entry, &n.entry) {
-                    (Entry::File(a), Entry::File(b)) if a != b => out.inodes.push(*ino),
-                    (Entry::Cover(a), Entry::Cover(b)) if a != b => out.inodes.push(*ino),
+                    (Entry::File(a), Entry::File(b)) if a != b => out.inodes.push(ino),
+                    (Entry::Cover { cover: a, .. }, Entry::Cover { cover: b, .. }) if a != b => {
+                        out.inodes.push(ino)
+                    }
                     _ => {}
                 },
                 other => {
-                    if *ino != self.root {
-                        out.entries.extend(entries(self, *ino));
+                    if ino != self.root {
+                        out.entries.extend(entries(self, ino));
                     }
                     if other.is_some() {
-                        out.inodes.push(*ino);
+                        out.inodes.push(ino);
                     }
                 }
             }
         }
         for (ino, _) in new.nodes.iter() {
-            let same = self.same_places(new, *ino);
-            if !same && *ino != self.root {
-                out.entries.extend(entries(new, *ino));
+            let same = self.same_places(new, ino);
+            if !same && ino != self.root {
+                out.entries.extend(entries(new, ino));
             }
         }
         out
@@ -877,7 +832,7 @@ impl Tree {
             // A file placed earlier (by a refresh) may hold the name.
             while matches!(
                 self.child(dir, &name).map(|i| &self.nodes[&i].entry),
-                Some(Entry::File(_) | Entry::Cover(_) | Entry::Playlist(_))
+                Some(Entry::File(_) | Entry::Cover { .. } | Entry::Playlist { .. })
             ) {
                 name = format!("{} (dir)", truncate_utf8(&name, NAME_MAX - 6));
             }
@@ -888,7 +843,7 @@ impl Tree {
                 _ => {
                     added.push((dir, name.clone()));
                     let ino = self.free_dir_ino(&path);
-                    self.add_child(dir, named(name), ino, Entry::empty_dir());
+                    self.add_child(dir, named(name), ino, Entry::empty_dir(ino));
                     self.dir_count += 1;
                     ino
                 }
@@ -1043,7 +998,7 @@ impl Tree {
                     .map(|name| Bound::Excluded(&**name))
             }
         };
-        let cover = cover.and_then(|ino| Some((&*self.nodes.get(&ino)?.name, ino)));
+        let cover = cover.and_then(|ino| Some((&*self.nodes.get(&ino.get())?.name, ino.get())));
         let entries = from.map(|from| WithCover {
             entries: (children.range::<str, _>((from, Bound::Unbounded)))
                 .map(|(name, &ino)| (&**name, ino))
@@ -1061,8 +1016,10 @@ impl Tree {
 
     pub fn child(&self, dir: u64, name: &str) -> Option<u64> {
         match &self.nodes.get(&dir)?.entry {
-            Entry::Dir { children, cover, .. } => (children.get(name).copied())
-                .or_else(|| cover.filter(|ino| self.nodes.get(ino).is_some_and(|c| &*c.name == name))),
+            Entry::Dir { children, cover, .. } => (children.get(name).copied()).or_else(|| {
+                (cover.map(NonZeroU64::get))
+                    .filter(|ino| self.nodes.get(ino).is_some_and(|c| &*c.name == name))
+            }),
             _ => None,
         }
     }
@@ -1103,7 +1060,7 @@ impl Tree {
                 continue;
             }
             let ino = self.free_dir_ino(&format!("/{folder}/{name}\0playlist"));
-            self.add_child(dir, name, ino, Entry::Playlist(index));
+            self.add_child(dir, name, ino, Entry::Playlist { index, ino });
             self.playlist_inos.push(ino);
         }
     }
@@ -1111,7 +1068,7 @@ impl Tree {
     /// The inode of playlist `index`.
     pub fn playlist_ino(&self, index: usize) -> Option<u64> {
         self.playlist_inos.iter().copied().find(
-            |ino| matches!(self.nodes.get(ino).map(|n| &n.entry), Some(Entry::Playlist(i)) if *i == index),
+            |ino| matches!(self.nodes.get(ino).map(|n| &n.entry), Some(Entry::Playlist { index: i, .. }) if *i == index),
         )
     }
 
@@ -1248,7 +1205,7 @@ impl Tree {
             match self.nodes[&ino].entry {
                 Entry::Dir { .. } => self.walk(ino, prefix, out),
                 Entry::File(_) => out.push(prefix.clone()),
-                Entry::Cover(_) | Entry::Playlist(_) => {}
+                Entry::Cover { .. } | Entry::Playlist { .. } => {}
             }
             prefix.truncate(len);
         }
@@ -1387,7 +1344,7 @@ mod tests {
         // Nodes removed on the way left their slots to the next ones: the
         // array holds what is live and what the busiest moment needed.
         assert_eq!(t.nodes.len(), 6, "root, A, x.flac, D999, its two files");
-        assert!(t.nodes.slots.len() <= 8, "{} slots", t.nodes.slots.len());
+        assert!(t.nodes.slots() <= 8, "{} slots", t.nodes.slots());
 
         // The name freed, the next file of that name takes it as it is.
         t.replace(file_ino(2), vec![], &mut out);

@@ -89,7 +89,7 @@ impl Tree {
         }
         let dirs: Vec<u64> = (self.nodes.iter())
             .filter(|(_, n)| n.is_dir())
-            .map(|(ino, _)| *ino)
+            .map(|(ino, _)| ino)
             .collect();
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         let share = dirs.len().div_ceil(workers).max(1);
@@ -154,7 +154,7 @@ impl Tree {
         out.entries.push((dir, name.to_string()));
         let ino = self.cover_node(dir, cover, name);
         if let Some(Entry::Dir { cover: held, .. }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
-            *held = Some(ino);
+            *held = NonZeroU64::new(ino);
         }
     }
 
@@ -164,7 +164,7 @@ impl Tree {
         let mut ino = cover_ino(&cover);
         loop {
             match self.nodes.get(&ino).map(|n| &n.entry) {
-                Some(Entry::Cover(held)) if *held == cover => {
+                Some(Entry::Cover { cover: held, .. }) if *held == cover => {
                     *self.cover_folders.entry(ino).or_default() += 1;
                     return ino;
                 }
@@ -176,7 +176,7 @@ impl Tree {
         let node = Node {
             parent: dir,
             name,
-            entry: Entry::Cover(cover),
+            entry: Entry::Cover { cover, ino },
         };
         self.nodes.insert(ino, node);
         self.cover_folders.insert(ino, 1);
@@ -220,9 +220,9 @@ impl Tree {
         let Entry::Dir { cover: Some(ino), .. } = &self.nodes.get(&dir)?.entry else {
             return None;
         };
-        let node = self.nodes.get(ino)?;
+        let node = self.nodes.get(&ino.get())?;
         match node.entry {
-            Entry::Cover(cover) => Some((*ino, node.name.clone(), cover)),
+            Entry::Cover { cover, .. } => Some((ino.get(), node.name.clone(), cover)),
             _ => None,
         }
     }
@@ -314,7 +314,7 @@ mod tests {
         ["cover.jpg", "cover.png"]
             .iter()
             .find_map(|name| match tree.get(tree.child(dir, name)?)?.entry {
-                Entry::Cover(cover) => Some((name.to_string(), cover)),
+                Entry::Cover { cover, .. } => Some((name.to_string(), cover)),
                 _ => None,
             })
     }

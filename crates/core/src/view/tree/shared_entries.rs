@@ -102,7 +102,7 @@ impl Tree {
             let next = group.iter().skip(1).chain(group.first());
             for (folder, next) in group.iter().zip(next) {
                 if let Some(Entry::Dir { next_twin, .. }) = self.nodes.get_mut(folder).map(|n| &mut n.entry) {
-                    *next_twin = Some(*next);
+                    *next_twin = NonZeroU64::new(*next);
                 }
             }
         }
@@ -110,7 +110,7 @@ impl Tree {
 
     fn next_twin(&self, folder: u64) -> Option<u64> {
         match self.nodes.get(&folder)?.entry {
-            Entry::Dir { next_twin, .. } => next_twin,
+            Entry::Dir { next_twin, .. } => next_twin.map(NonZeroU64::get),
             _ => None,
         }
     }
@@ -134,7 +134,7 @@ impl Tree {
             before.and_then(|b| self.nodes.get_mut(&b)).map(|n| &mut n.entry)
         {
             // A ring of two leaves one folder with no twin.
-            *next_twin = Some(next).filter(|&next| Some(next) != before);
+            *next_twin = NonZeroU64::new(next).filter(|next| Some(next.get()) != before);
         }
         if let Some(Entry::Dir { next_twin, .. }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
             *next_twin = None;
@@ -308,7 +308,7 @@ mod tests {
     fn entries_holding(tree: &Tree, ino: u64) -> Vec<(Option<String>, String)> {
         let mut held: Vec<_> = (tree.nodes.iter())
             .filter_map(|(folder, node)| match &node.entry {
-                Entry::Dir { children, .. } => Some((*folder, children)),
+                Entry::Dir { children, .. } => Some((folder, children)),
                 _ => None,
             })
             .flat_map(|(folder, children)| {
