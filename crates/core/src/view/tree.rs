@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 use thin_vec::ThinVec;
 
 mod covers;
+mod folder_paths;
 mod nodes;
 mod other_places;
 mod shared_entries;
@@ -242,10 +243,8 @@ pub struct Tree {
 #[derive(Default)]
 pub struct TreeBuilder {
     tree: Tree,
-    /// The directory of each rendered folder path met so far: the tracks
-    /// of a folder find it with one look-up, each place of a track placed
-    /// several times too.
-    dirs: HashMap<String, u64>,
+    /// The directory of each rendered folder path met so far.
+    dirs: folder_paths::FolderPaths,
     /// The file being placed and the hash of its paths so far (its places
     /// come one after another): noted in the tree once it is complete.
     rendering: Option<(u64, u64)>,
@@ -289,7 +288,7 @@ impl TreeBuilder {
             self.first_place = None;
         }
         let dir = match self.dirs.get(folder) {
-            Some(dir) => *dir,
+            Some(dir) => dir,
             None => {
                 let names = &mut self.folder_names;
                 let named = &mut |name: String| match names.get(name.as_str()) {
@@ -301,7 +300,7 @@ impl TreeBuilder {
                     }
                 };
                 let dir = (self.tree).ensure_dirs_named(&folder_components(folder), &mut Vec::new(), named);
-                self.dirs.insert(folder.to_string(), dir);
+                self.dirs.insert(folder, dir);
                 dir
             }
         };
