@@ -31,6 +31,7 @@ impl OtherPlaces {
         (self.second.get(&ino).into_iter()).chain(self.more.get(&ino).into_iter().flatten())
     }
 
+    /// Whether file `ino` has a place kept here.
     pub(super) fn any(&self, ino: u64) -> bool {
         self.second.contains_key(&ino)
     }
