@@ -657,8 +657,8 @@ impl Tree {
                 self.cover_folders.get(&ino).map_or(1, |n| *n as usize)
             }
             Some(node) if matches!(node.entry, Entry::File(_)) => {
-                let alone =
-                    !self.links.any(ino) && self.twins_holding(node.parent, &node.name, ino).next().is_none();
+                let alone = !self.links.any(&self.nodes, ino)
+                    && self.twins_holding(node.parent, &node.name, ino).next().is_none();
                 if alone {
                     1
                 } else {
@@ -676,9 +676,7 @@ impl Tree {
         let Some(node) = self.nodes.get(&ino) else {
             return Vec::new();
         };
-        let links = self.links.of(ino);
-        let kept =
-            std::iter::once((node.parent, &node.name)).chain(links.map(|(parent, name)| (*parent, name)));
+        let kept = std::iter::once((node.parent, &node.name)).chain(self.links.of(&self.nodes, ino));
         let mut places: Vec<(u64, &Name)> = Vec::new();
         for (parent, name) in kept {
             for folder in std::iter::once(parent).chain(self.twins_holding(parent, name, ino)) {
@@ -773,8 +771,8 @@ impl Tree {
         let places: Vec<(u64, Name)> = (self.places(ino).into_iter())
             .map(|(parent, name)| (parent, name.clone()))
             .collect();
+        self.links.remove(&self.nodes, ino);
         self.nodes.remove(&ino);
-        self.links.remove(ino);
         self.rendered.remove(&ino);
         for (parent, name) in places {
             self.unlink(parent, name, &mut removed);
@@ -927,7 +925,7 @@ impl Tree {
             name
         };
         if placed {
-            self.links.push(ino, (dir, name.clone()));
+            self.links.push(&self.nodes, ino, (dir, name.clone()));
         } else {
             let entry = Entry::File(file);
             let node = Node {

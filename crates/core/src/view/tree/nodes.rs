@@ -40,6 +40,16 @@ impl Nodes {
         self.index.find(self.hash(ino), holds).map(|slot| *slot as usize)
     }
 
+    /// The slot of node `ino`: the same while the node lives.
+    pub(super) fn slot_of(&self, ino: u64) -> Option<u32> {
+        self.slot(ino).map(|slot| slot as u32)
+    }
+
+    /// The inode of the node in `slot`.
+    pub(super) fn ino_at(&self, slot: u32) -> Option<u64> {
+        self.slots.get(slot as usize)?.as_ref().map(Node::ino)
+    }
+
     pub(super) fn get(&self, ino: &u64) -> Option<&Node> {
         let slot = self.slot(*ino)?;
         self.slots[slot].as_ref()

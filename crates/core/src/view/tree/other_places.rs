@@ -4,6 +4,11 @@
 //! way): that one is kept apart, with no list of its own, and only the
 //! places after it in a list.
 
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+
+use super::nodes::Nodes;
 use super::*;
 
 /// A place: (folder, name).
@@ -11,33 +16,64 @@ type Place = (u64, Name);
 
 #[derive(Debug, Clone, Default)]
 pub(super) struct OtherPlaces {
-    second: HashMap<u64, Place>,
+    /// (the file's slot among the nodes, its folder's slot, its name
+    /// there): a file's second place, in 16 bytes rather than the 24 of
+    /// an inode and a place.
+    second: HashTable<(u32, u32, Name)>,
     more: HashMap<u64, ThinVec<Place>>,
+    hasher: foldhash::fast::RandomState,
 }
 
 impl OtherPlaces {
-    /// Adds a place of file `ino`, after those it has.
-    pub(super) fn push(&mut self, ino: u64, place: Place) {
-        match self.second.entry(ino) {
-            std::collections::hash_map::Entry::Vacant(slot) => {
-                slot.insert(place);
-            }
-            std::collections::hash_map::Entry::Occupied(_) => self.more.entry(ino).or_default().push(place),
+    fn second_of(&self, nodes: &Nodes, ino: u64) -> Option<&(u32, u32, Name)> {
+        let slot = nodes.slot_of(ino)?;
+        self.second
+            .find(self.hasher.hash_one(slot), |(held, _, _)| *held == slot)
+    }
+
+    /// Adds a place of file `ino` (a node of `nodes`), after those it has.
+    pub(super) fn push(&mut self, nodes: &Nodes, ino: u64, (folder, name): Place) {
+        if self.second_of(nodes, ino).is_some() {
+            self.more.entry(ino).or_default().push((folder, name));
+            return;
         }
+        let (Some(slot), Some(folder_slot)) = (nodes.slot_of(ino), nodes.slot_of(folder)) else {
+            return;
+        };
+        let hasher = &self.hasher;
+        let rehash = |(slot, _, _): &(u32, u32, Name)| hasher.hash_one(*slot);
+        self.second
+            .insert_unique(hasher.hash_one(slot), (slot, folder_slot, name), rehash);
     }
 
     /// File `ino`'s places, in the order they were added.
-    pub(super) fn of(&self, ino: u64) -> impl Iterator<Item = &Place> {
-        (self.second.get(&ino).into_iter()).chain(self.more.get(&ino).into_iter().flatten())
+    pub(super) fn of<'a>(&'a self, nodes: &'a Nodes, ino: u64) -> impl Iterator<Item = (u64, &'a Name)> + 'a {
+        let second = (self.second_of(nodes, ino).into_iter())
+            .filter_map(|(_, folder, name)| Some((nodes.ino_at(*folder)?, name)));
+        second.chain(
+            self.more
+                .get(&ino)
+                .into_iter()
+                .flatten()
+                .map(|(folder, name)| (*folder, name)),
+        )
     }
 
     /// Whether file `ino` has a place kept here.
-    pub(super) fn any(&self, ino: u64) -> bool {
-        self.second.contains_key(&ino)
+    pub(super) fn any(&self, nodes: &Nodes, ino: u64) -> bool {
+        self.second_of(nodes, ino).is_some()
     }
 
-    pub(super) fn remove(&mut self, ino: u64) {
-        self.second.remove(&ino);
+    /// Forgets file `ino`'s places (before its node goes).
+    pub(super) fn remove(&mut self, nodes: &Nodes, ino: u64) {
+        if let Some(slot) = nodes.slot_of(ino) {
+            let found = self
+                .second
+                .find_entry(self.hasher.hash_one(slot), |(held, _, _)| *held == slot);
+            if let Ok(entry) = found {
+                entry.remove();
+            }
+        }
         self.more.remove(&ino);
     }
 
@@ -53,27 +89,43 @@ impl OtherPlaces {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::view::tree::tests::place;
 
     #[test]
     fn places_come_back_in_the_order_they_were_added() {
+        let mut nodes = Nodes::default();
+        let folder = |ino: u64| Node {
+            parent: ROOT_INO,
+            name: Name::from("f"),
+            entry: Entry::empty_dir(ino),
+        };
+        let file = |id: i64| Node {
+            parent: ROOT_INO,
+            name: Name::from("x"),
+            entry: Entry::File(place(id, "x").file),
+        };
+        for ino in [10, 11, 12] {
+            nodes.insert(ino, folder(ino));
+        }
+        nodes.insert(file_ino(7), file(7));
+        nodes.insert(file_ino(8), file(8));
         let mut places = OtherPlaces::default();
         for (folder, name) in [(10, "a"), (11, "b"), (12, "c")] {
-            places.push(7, (folder, Name::from(name)));
+            places.push(&nodes, file_ino(7), (folder, Name::from(name)));
         }
-        places.push(8, (10, Name::from("d")));
+        places.push(&nodes, file_ino(8), (10, Name::from("d")));
         let of = |places: &OtherPlaces, ino| {
-            places
-                .of(ino)
-                .map(|(f, n)| (*f, n.to_string()))
+            (places.of(&nodes, ino))
+                .map(|(f, n)| (f, n.to_string()))
                 .collect::<Vec<_>>()
         };
         assert_eq!(
-            of(&places, 7),
+            of(&places, file_ino(7)),
             [(10, "a".into()), (11, "b".into()), (12, "c".into())]
         );
-        assert_eq!(of(&places, 8), [(10, "d".into())]);
-        places.remove(7);
-        assert!(!places.any(7) && of(&places, 7).is_empty());
-        assert!(places.any(8));
+        assert_eq!(of(&places, file_ino(8)), [(10, "d".into())]);
+        places.remove(&nodes, file_ino(7));
+        assert!(!places.any(&nodes, file_ino(7)) && of(&places, file_ino(7)).is_empty());
+        assert!(places.any(&nodes, file_ino(8)));
     }
 }
