@@ -141,10 +141,11 @@ pub enum Entry {
         next_twin: Option<NonZeroU64>,
     },
     File(FileEntry),
-    /// A folder's cover ([`covers`]).
+    /// A folder's cover ([`covers`]), shown by `folders` folders.
     Cover {
         cover: FolderCover,
         ino: u64,
+        folders: u32,
     },
     /// A playlist of the configuration, by its place in it
     /// ([`crate::view::playlists`]).
@@ -229,8 +230,6 @@ pub struct Tree {
     cover_names: Option<[Name; 2]>,
     /// Covers in the tree.
     cover_count: usize,
-    /// How many folders show each cover ([`covers`]).
-    cover_folders: HashMap<u64, u32>,
     /// The playlists' inodes, in the configuration's order.
     playlist_inos: Vec<u64>,
 }
@@ -538,7 +537,6 @@ impl Tree {
             next_dir_ino,
             cover_names: None,
             cover_count: 0,
-            cover_folders: HashMap::default(),
             playlist_inos: Vec::new(),
         }
     }
@@ -653,9 +651,10 @@ impl Tree {
     /// How many places a file or a cover is in (0 for anything else).
     pub fn link_count(&self, ino: u64) -> usize {
         match self.nodes.get(&ino) {
-            Some(node) if matches!(node.entry, Entry::Cover { .. }) => {
-                self.cover_folders.get(&ino).map_or(1, |n| *n as usize)
-            }
+            Some(Node {
+                entry: Entry::Cover { folders, .. },
+                ..
+            }) => *folders as usize,
             Some(node) if matches!(node.entry, Entry::File(_)) => {
                 let alone = !self.links.any(&self.nodes, ino)
                     && self.twins_holding(node.parent, &node.name, ino).next().is_none();

@@ -163,9 +163,11 @@ impl Tree {
     fn cover_node(&mut self, dir: u64, cover: FolderCover, name: Name) -> u64 {
         let mut ino = cover_ino(&cover);
         loop {
-            match self.nodes.get(&ino).map(|n| &n.entry) {
-                Some(Entry::Cover { cover: held, .. }) if *held == cover => {
-                    *self.cover_folders.entry(ino).or_default() += 1;
+            match self.nodes.get_mut(&ino).map(|n| &mut n.entry) {
+                Some(Entry::Cover {
+                    cover: held, folders, ..
+                }) if *held == cover => {
+                    *folders += 1;
                     return ino;
                 }
                 // Another node took the inode (unlikely): the next one.
@@ -176,10 +178,13 @@ impl Tree {
         let node = Node {
             parent: dir,
             name,
-            entry: Entry::Cover { cover, ino },
+            entry: Entry::Cover {
+                cover,
+                ino,
+                folders: 1,
+            },
         };
         self.nodes.insert(ino, node);
-        self.cover_folders.insert(ino, 1);
         self.cover_count += 1;
         ino
     }
@@ -190,15 +195,15 @@ impl Tree {
         if let Some(Entry::Dir { cover, .. }) = self.nodes.get_mut(&dir).map(|n| &mut n.entry) {
             *cover = None;
         }
-        let Some(folders) = self.cover_folders.get_mut(&ino) else {
-            return;
-        };
-        *folders -= 1;
-        if *folders == 0 {
-            self.cover_folders.remove(&ino);
-            if self.nodes.remove(&ino).is_some() {
-                self.cover_count -= 1;
+        let last = match self.nodes.get_mut(&ino).map(|n| &mut n.entry) {
+            Some(Entry::Cover { folders, .. }) => {
+                *folders = folders.saturating_sub(1);
+                *folders == 0
             }
+            _ => false,
+        };
+        if last && self.nodes.remove(&ino).is_some() {
+            self.cover_count -= 1;
         }
     }
 
