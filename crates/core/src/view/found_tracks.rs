@@ -15,7 +15,7 @@ pub(super) struct FoundTracks {
     tracks: Vec<FoundTrack>,
     /// The values of the playlist's sort keys, each track's one after
     /// another; None for `path`, known once the track's place is.
-    values: Vec<Option<FoundValue>>,
+    values: Vec<Option<Range<usize>>>,
     texts: String,
 }
 
@@ -25,14 +25,6 @@ pub(super) struct FoundTrack {
     pub duration_ms: Option<u64>,
     title: Option<Range<usize>>,
     artist: Option<Range<usize>>,
-}
-
-/// A track's value of a sort key: as a number, if it reads as one, and
-/// folded to lower case.
-#[derive(Debug, Clone)]
-pub(super) struct FoundValue {
-    pub number: Option<f64>,
-    folded: Range<usize>,
 }
 
 impl FoundTracks {
@@ -50,20 +42,13 @@ impl FoundTracks {
             artist,
         });
         for key in &spec.sort {
-            let raw = match key.field.as_str() {
-                "added" => b.track.added_at.to_string(),
-                "duration" => b.track.duration_ms.unwrap_or(0).to_string(),
-                "path" => {
-                    self.values.push(None);
-                    continue;
-                }
-                field => tag(field).unwrap_or_default().to_string(),
+            let value = match key.field.as_str() {
+                "added" => Some(self.keep(&b.track.added_at.to_string())),
+                "duration" => Some(self.keep(&b.track.duration_ms.unwrap_or(0).to_string())),
+                "path" => None,
+                field => Some(self.keep(tag(field).unwrap_or_default())),
             };
-            let value = FoundValue {
-                number: raw.trim().parse::<f64>().ok(),
-                folded: self.keep(&raw.to_lowercase()),
-            };
-            self.values.push(Some(value));
+            self.values.push(value);
         }
     }
 
@@ -77,12 +62,7 @@ impl FoundTracks {
             artist: t.artist.map(moved),
             ..t
         }));
-        (self.values).extend(other.values.into_iter().map(|v| {
-            v.map(|v| FoundValue {
-                folded: moved(v.folded),
-                ..v
-            })
-        }));
+        (self.values).extend(other.values.into_iter().map(|v| v.map(moved)));
     }
 
     fn keep(&mut self, text: &str) -> Range<usize> {
@@ -103,15 +83,10 @@ impl FoundTracks {
         track.artist.clone().map(|r| &self.texts[r])
     }
 
-    /// The values of the `keys` sort keys of the track at `index`: the
-    /// folded text of each, and its number (None for `path`).
-    pub(super) fn values(
-        &self,
-        index: usize,
-        keys: usize,
-    ) -> impl Iterator<Item = Option<(Option<f64>, &str)>> {
-        (self.values[index * keys..(index + 1) * keys].iter())
-            .map(|v| v.as_ref().map(|v| (v.number, &self.texts[v.folded.clone()])))
+    /// The values of the `keys` sort keys of the track at `index` (None
+    /// for `path`).
+    pub(super) fn values(&self, index: usize, keys: usize) -> impl Iterator<Item = Option<&str>> {
+        (self.values[index * keys..(index + 1) * keys].iter()).map(|v| v.clone().map(|r| &self.texts[r]))
     }
 }
 
@@ -153,10 +128,7 @@ mod tests {
         };
         assert_eq!((all.title(one), all.artist(one)), (Some("One"), None));
         assert_eq!((all.title(two), all.artist(two)), (None, Some("AA")));
-        assert_eq!(all.values(0, 2).collect::<Vec<_>>(), [Some((None, "zed")), None]);
-        assert_eq!(
-            all.values(1, 2).collect::<Vec<_>>(),
-            [Some((Some(10.0), "10")), None]
-        );
+        assert_eq!(all.values(0, 2).collect::<Vec<_>>(), [Some("Zed"), None]);
+        assert_eq!(all.values(1, 2).collect::<Vec<_>>(), [Some("10"), None]);
     }
 }

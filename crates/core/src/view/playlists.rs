@@ -244,13 +244,7 @@ impl View {
         let mut keyed: Vec<(Vec<SortValue>, PlaylistEntry)> = (entries.into_iter())
             .map(|e| {
                 let values = (found.values(e.track, keys))
-                    .map(|value| match value {
-                        Some((number, folded)) => SortValue {
-                            number,
-                            folded: folded.to_string(),
-                        },
-                        None => SortValue::of(&e.path),
-                    })
+                    .map(|value| SortValue::of(value.unwrap_or(&e.path)))
                     .collect();
                 (values, e)
             })
