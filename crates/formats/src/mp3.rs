@@ -172,9 +172,12 @@ fn same_stream(a: &[u8], b: &[u8]) -> bool {
 /// Whether a frame is an encoder's Xing, Info or VBRI header, which holds
 /// no audio (its tag sits after the side information, within 40 bytes).
 fn is_info_frame(frame: &[u8]) -> bool {
-    frame[4..frame.len().min(44)]
-        .windows(4)
-        .any(|w| w == b"Xing" || w == b"Info" || w == b"VBRI")
+    // A header that reads as a frame shorter than itself (hostile input)
+    // has no room for one.
+    (frame.get(4..frame.len().min(44))).is_some_and(|body| {
+        body.windows(4)
+            .any(|w| w == b"Xing" || w == b"Info" || w == b"VBRI")
+    })
 }
 
 /// The served file: a fresh ID3v2 tag, then the audio as it is.
@@ -260,6 +263,13 @@ pub fn probe(src: &Source<'_>) -> Result<Probe> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_frame_shorter_than_its_header_is_no_info_frame() {
+        assert!(!is_info_frame(&[0xff]));
+        assert!(!is_info_frame(&[0xff, 0xfb, 0x90, 0x00]));
+        assert!(is_info_frame(b"\xff\xfb\x90\x00 Xing"));
+    }
 
     fn id3v1_tag(title: &str) -> Vec<u8> {
         let mut tag = b"TAG".to_vec();
